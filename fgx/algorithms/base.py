@@ -1,0 +1,177 @@
+"""The federated protocol interface, plus the client-side training pieces most algorithms share.
+
+An algorithm owns what clients do locally, what they send (declared in ``messages``) and how the
+server combines it. The trainer calls ``setup()`` once, ``round(r)`` per round, ``predict(client)``
+at evaluations, and ``state_dict()``/``load_state_dict()`` for checkpoints."""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from fgx.config import spec
+from fgx.federation.channel import Message
+from fgx.tasks import SPLITS, class_weights, local_view, targets
+
+
+@dataclass
+class LocalTrainParams:
+    lr: float = field(default=0.01, metadata=spec(gt=0.0))
+    weight_decay: float = field(default=5e-4, metadata=spec(min=0.0))
+    optimizer: str = field(default="adam", metadata=spec(choices=["adam", "sgd"]))
+    local_steps: int = field(default=5, metadata=spec(min=1, help="gradient steps per round (K)"))
+    local_epochs: int | None = field(default=None, metadata=spec(
+        min=1, help="if set: passes over the training items per round (E), overriding local_steps"))
+    batch_size: int | None = field(default=None, metadata=spec(min=1, help="training items per step; null: all"))
+    class_weighted: bool | None = field(default=None, metadata=spec(
+        help="class-weighted cross-entropy; null: on for edge tasks (imbalanced AML)"))
+
+
+class Algorithm:
+    messages: dict[str, Message] = {}
+
+    def __init__(self, ctx):
+        self.ctx = ctx
+        self.params = ctx.params
+
+    # -- protocol -------------------------------------------------------------------------
+    def setup(self) -> None:
+        raise NotImplementedError
+
+    def round(self, r: int) -> dict[str, float]:
+        raise NotImplementedError
+
+    def model_for(self, client) -> nn.Module:
+        """The model a client evaluates with."""
+        raise NotImplementedError
+
+    def view_for(self, client):
+        return self.views[client.cid]
+
+    def predict(self, client) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        model = self.model_for(client)
+        view = self.view_for(client)
+        model.eval()
+        with torch.no_grad():
+            scores = model(view)
+        out = {}
+        for split in SPLITS:
+            mask, y = targets(view, self.ctx.info.task, split)
+            out[split] = (scores[mask].cpu(), y.cpu())
+        return out
+
+    def state_dict(self) -> dict:
+        raise NotImplementedError
+
+    def load_state_dict(self, state: dict) -> None:
+        raise NotImplementedError
+
+    @classmethod
+    def check_config(cls, params, validated) -> None:
+        """Raise fgx.config.ConfigError for impossible combinations (called before any work)."""
+
+    # -- shared client-side pieces --------------------------------------------------------
+    def make_views(self, include_cross: bool = False) -> dict[int, Any]:
+        task = self.ctx.info.task
+        return {c.cid: local_view(c, task, include_cross).to(self.ctx.device) for c in self.ctx.clients}
+
+
+@dataclass
+class ClientState:
+    """What one client keeps between rounds: its view of the data, its model and optimiser."""
+    cid: int
+    view: Any
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+    task: str
+    loss_weight: torch.Tensor | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def make_optimizer(model: nn.Module, p: LocalTrainParams) -> torch.optim.Optimizer:
+    if p.optimizer == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+
+
+def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:
+    p = ctx.params
+    task = ctx.info.task
+    weight = None
+    weighted = p.class_weighted if p.class_weighted is not None else task == "edge"
+    if weighted:
+        _, y = targets(view, task, "train")
+        weight = class_weights(y.cpu(), ctx.out_dim).to(ctx.device)
+    return ClientState(client.cid, view, model, make_optimizer(model, p), task, weight)
+
+
+def num_train_items(state: ClientState) -> int:
+    mask, _ = targets(state.view, state.task, "train")
+    return int(mask.sum())
+
+
+def steps_per_round(state: ClientState, p: LocalTrainParams) -> int:
+    if p.local_epochs is None:
+        return p.local_steps
+    n = num_train_items(state)
+    per_epoch = 1 if p.batch_size is None else max(1, -(-n // p.batch_size))
+    return p.local_epochs * per_epoch
+
+
+def supervised_loss(state: ClientState, batch: torch.Tensor | None = None, extra_loss=None) -> torch.Tensor:
+    """Cross-entropy on the client's training items (or the ``batch`` subset of them)."""
+    mask, y = targets(state.view, state.task, "train")
+    out = state.model(state.view)[mask]
+    if batch is not None:
+        out, y = out[batch], y[batch]
+    loss = nn.functional.cross_entropy(out, y, weight=state.loss_weight)
+    if extra_loss is not None:
+        loss = loss + extra_loss(state)
+    return loss
+
+
+def train_steps(state: ClientState, steps: int, batch_size: int | None, generator: torch.Generator,
+                extra_loss=None) -> float:
+    """``steps`` optimiser steps on the client's training items; returns the mean loss."""
+    state.model.train()
+    n = num_train_items(state)
+    if n == 0:
+        return float("nan")
+    total = 0.0
+    for _ in range(steps):
+        batch = None
+        if batch_size is not None and batch_size < n:
+            batch = torch.randperm(n, generator=generator)[:batch_size].to(state.view.x.device)
+        state.optimizer.zero_grad()
+        loss = supervised_loss(state, batch, extra_loss)
+        loss.backward()
+        state.optimizer.step()
+        total += float(loss.detach())
+    return total / steps
+
+
+def round_seed(seed: int, r: int) -> int:
+    """Seed of round ``r``'s client-side randomness (a client adds its id)."""
+    return seed * 1_000_003 + r * 1009
+
+
+def flat_params(model: nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    total = float(sum(weights))
+    out = {}
+    for k in states[0]:
+        if not states[0][k].is_floating_point():
+            out[k] = states[0][k].clone()   # integer buffers (e.g. BN's num_batches_tracked)
+            continue
+        out[k] = sum(s[k] * (w / total) for s, w in zip(states, weights))
+    return out
+
+
+def copy_model(model: nn.Module) -> nn.Module:
+    return copy.deepcopy(model)

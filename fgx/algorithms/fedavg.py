@@ -1,0 +1,77 @@
+"""FedAvg (McMahan et al., 2017): sampled clients train K local steps from the global model and
+send their update; the server averages updates (weighted by training items, or uniformly)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
+                                 num_train_items, round_seed, steps_per_round, train_steps, weighted_average)
+from fgx.config import spec
+from fgx.federation.channel import Message
+from fgx.registry import ALGORITHMS
+
+
+@dataclass
+class FedAvgParams(LocalTrainParams):
+    client_fraction: float = field(default=1.0, metadata=spec(gt=0.0, max=1.0))
+    weighting: str = field(default="train_items", metadata=spec(choices=["train_items", "uniform"]))
+
+
+def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: int):
+    """Client side of one FedAvg round: start from the global weights, train, return the delta.
+    Module-level (not a closure) so that any executor can ship it to where the client lives."""
+    state.model.load_state_dict(global_weights)
+    g = torch.Generator().manual_seed(round_seed + state.cid)
+    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, state.extra.get("extra_loss"))
+    new = state.model.state_dict()
+    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in new}
+    return delta, loss
+
+
+@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge"))
+class FedAvg(Algorithm):
+    messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
+
+    def setup(self) -> None:
+        self.views = self.make_views(include_cross=False)
+        self.global_model = self.ctx.build_model()
+        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(self.global_model))
+                       for c in self.ctx.clients]
+
+    def sample_clients(self, r: int) -> list[int]:
+        n = len(self.states)
+        k = max(1, int(round(self.params.client_fraction * n)))
+        if k == n:
+            return list(range(n))
+        g = torch.Generator().manual_seed(self.ctx.seed * 100003 + r)
+        return sorted(torch.randperm(n, generator=g)[:k].tolist())
+
+    def round(self, r: int) -> dict[str, float]:
+        p, ch = self.params, self.ctx.channel
+        chosen = [self.states[i] for i in self.sample_clients(r)]
+        gw = ch.broadcast("global_weights", flat_params(self.global_model), [s.cid for s in chosen], r)
+        results = self.ctx.executor.map(client_update, chosen, gw, p, round_seed(self.ctx.seed, r))
+        deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
+        weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
+        if sum(weights) == 0:
+            weights = [1.0] * len(chosen)
+        avg = ch.aggregate("update", weighted_average(deltas, weights), len(chosen), r)
+        new = {k: (v + avg[k]) if v.is_floating_point() else avg[k] for k, v in self.global_model.state_dict().items()}
+        self.global_model.load_state_dict(new)
+        losses = [l for _, l in results if l == l]
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+
+    def model_for(self, client):
+        return self.global_model
+
+    def state_dict(self) -> dict:
+        return {"global": self.global_model.state_dict(),
+                "optimizers": [s.optimizer.state_dict() for s in self.states]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_model.load_state_dict(state["global"])
+        for s, o in zip(self.states, state["optimizers"]):
+            s.model.load_state_dict(state["global"])
+            s.optimizer.load_state_dict(o)

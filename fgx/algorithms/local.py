@@ -1,0 +1,41 @@
+"""Local training only (the papers' "SC" / "Local"): each client trains alone, nothing is sent."""
+from __future__ import annotations
+
+import torch
+
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, make_client_state, round_seed, steps_per_round,
+                                 train_steps)
+from fgx.registry import ALGORITHMS
+
+
+def local_round(state, p: LocalTrainParams, round_seed: int) -> float:
+    g = torch.Generator().manual_seed(round_seed + state.cid)
+    return train_steps(state, steps_per_round(state, p), p.batch_size, g)
+
+
+@ALGORITHMS.register("local", params=LocalTrainParams, tasks=("node", "edge"))
+class Local(Algorithm):
+    messages = {}
+
+    def setup(self) -> None:
+        self.views = self.make_views(include_cross=False)
+        self.states = [make_client_state(self.ctx, c, self.views[c.cid], self.ctx.build_model())
+                       for c in self.ctx.clients]
+
+    def round(self, r: int) -> dict[str, float]:
+        p = self.params
+        losses = self.ctx.executor.map(local_round, self.states, p, round_seed(self.ctx.seed, r))
+        losses = [l for l in losses if l == l]
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+
+    def model_for(self, client):
+        return self.states[client.cid].model
+
+    def state_dict(self) -> dict:
+        return {"models": [s.model.state_dict() for s in self.states],
+                "optimizers": [s.optimizer.state_dict() for s in self.states]}
+
+    def load_state_dict(self, state: dict) -> None:
+        for s, m, o in zip(self.states, state["models"], state["optimizers"]):
+            s.model.load_state_dict(m)
+            s.optimizer.load_state_dict(o)

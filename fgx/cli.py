@@ -1,0 +1,193 @@
+"""``fgx`` command line. ``fgx run`` hands its arguments to Hydra after validating the composed
+config (every job of a sweep), so a bad config fails at once and leaves no run directory.
+Other subcommands live in ``fgx/commands/<name>.py`` and register themselves."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import pkgutil
+import sys
+from pathlib import Path
+
+from fgx.config import ConfigError
+
+FAILED_JOBS: list[str] = []
+
+
+def conf_dir() -> Path:
+    env = os.environ.get("FGX_CONF_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "conf", here / "conf"):
+        if (cand / "config.yaml").exists():
+            return cand
+    raise SystemExit("fgx: cannot find the conf/ directory (set FGX_CONF_DIR or install fgx with `pip install -e .`)")
+
+
+def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+    """Every job's override list (one for a single run; the sweep's combinations for -m)."""
+    mine = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
+    if not multirun:
+        return [mine]
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(mine)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def compose(overrides: list[str]):
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+
+    GlobalHydra.instance().clear()
+    with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def prevalidate(overrides: list[str], multirun: bool) -> None:
+    from hydra.errors import HydraException, MissingConfigException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from fgx.config import validate
+
+    try:
+        jobs = _job_overrides(overrides, multirun)
+    except HydraException:
+        return  # a sweeper-specific syntax (e.g. optuna's interval()): validated when each job starts
+    for job in jobs:
+        try:
+            cfg = compose(job)
+        except MissingConfigException as e:
+            raise SystemExit(f"fgx: config error: {e}".rstrip()) from None
+        except (HydraException, OmegaConfBaseException) as e:
+            raise SystemExit(f"fgx: config error: {str(e).strip()}") from None
+        try:
+            validate(cfg)
+        except ConfigError as e:
+            where = f" (job: {' '.join(job)})" if multirun else ""
+            raise SystemExit(f"fgx: {e}{where}") from None
+
+
+def cmd_run(argv: list[str]) -> int:
+    import hydra
+    from hydra.core.hydra_config import HydraConfig
+
+    passthrough = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve", "--package", "-p",
+                   "--shell-completion", "-sc"}
+    multirun = "-m" in argv or "--multirun" in argv
+    if not passthrough.intersection(argv):
+        overrides = [a for a in argv if not a.startswith("-")]
+        prevalidate(overrides, multirun)
+
+    from fgx import trainer
+
+    def job(cfg):
+        hc = HydraConfig.get()
+        summary = trainer.run(cfg, hc.runtime.output_dir, multirun=multirun)
+        if summary.get("status") != "completed":
+            FAILED_JOBS.append(hc.runtime.output_dir)
+            return None
+        _print_summary(summary)
+        return summary.get("best", {}).get("val") if summary.get("best") else None
+
+    sys.argv = ["fgx run"] + argv
+    hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(job)()
+    if FAILED_JOBS:
+        print(f"fgx: {len(FAILED_JOBS)} job(s) failed; see summary.json in: " + ", ".join(FAILED_JOBS),
+              file=sys.stderr)
+        return 1
+    return 0
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(stderr=False, force_terminal=False if os.environ.get("CI") else None)
+    t = Table(title=f"fgx: {summary['components']['algorithm']} on {summary['data']['name']} "
+                    f"({summary['data']['source']} data), test split, mean over clients")
+    t.add_column("metric")
+    t.add_column("final", justify="right")
+    t.add_column("global", justify="right")
+    for k, val in summary["final"].items():
+        g = (summary.get("final_global") or {}).get(k)
+        mark = " *" if k == summary["main_metric"] else ""
+        t.add_row(k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}")
+    console.print(t)
+    priv = summary.get("privacy") or {}
+    if priv.get("mechanism") not in (None, "none"):
+        console.print("privacy: " + ", ".join(f"{k}={v}" for k, v in priv.items()))
+    console.print(f"wall time {summary['wall_time_s']:.1f}s, peak RSS {summary['peak_rss_mb']:.0f} MB, "
+                  f"{summary['total_bytes'] / 1e6:.2f} MB communicated")
+    console.print(f"run directory: {summary['run_dir']}")
+
+
+def cmd_list(args) -> int:
+    from omegaconf import OmegaConf
+    from rich.console import Console
+    from rich.table import Table
+
+    from fgx.registry import GROUPS
+
+    groups = [args.group] if args.group else list(GROUPS)
+    if args.group and args.group not in GROUPS:
+        print(f"fgx: unknown group {args.group!r}; groups: {list(GROUPS)}", file=sys.stderr)
+        return 2
+    root = conf_dir()
+    t = Table(title="fgx components")
+    for col in ("group", "component", "conf files", "module"):
+        t.add_column(col)
+    for g in groups:
+        by_name: dict[str, list[str]] = {}
+        for f in sorted((root / g).glob("*.yaml")):
+            name = OmegaConf.load(f).get("name")
+            by_name.setdefault(name, []).append(f"conf/{g}/{f.name}")
+        for name in GROUPS[g].names():
+            e = GROUPS[g].get(name)
+            t.add_row(g, name, ", ".join(by_name.get(name, [])) or "-", e.module)
+    Console().print(t)
+    return 0
+
+
+def _load_commands(sub) -> None:
+    import fgx.commands as pkg
+
+    for mod in sorted(pkgutil.iter_modules(pkg.__path__), key=lambda m: m.name):
+        m = importlib.import_module(f"fgx.commands.{mod.name}")
+        if hasattr(m, "register"):
+            m.register(sub)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="fgx", description="Federated graph learning experiments with privacy "
+                                                        "and unlearning.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sub.add_parser("run", help="run one experiment (Hydra overrides), -m for a sweep", add_help=False)
+    pl = sub.add_parser("list", help="registered components per config group and their conf files")
+    pl.add_argument("group", nargs="?")
+    pl.set_defaults(func=cmd_list)
+    _load_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "run":
+        try:
+            return cmd_run(argv[1:])
+        except ConfigError as e:
+            print(f"fgx: {e}", file=sys.stderr)
+            return 2
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 0 if not argv else 2
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""Config schema and validation. Every group's YAML is checked against its component's params
+dataclass before any work starts; errors name the full key and the allowed values."""
+from __future__ import annotations
+
+import dataclasses
+import os
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+
+class ConfigError(ValueError):
+    """A config value that cannot be used. ``key`` is the full dotted key."""
+
+    def __init__(self, key: str, value: Any, allowed: str):
+        self.key, self.value, self.allowed = key, value, allowed
+        super().__init__(f"config error: {key}={value!r} is not allowed; allowed: {allowed}")
+
+
+def spec(min: float | None = None, max: float | None = None, choices: list | None = None,
+         help: str = "", gt: float | None = None) -> dict:
+    """Field metadata understood by :func:`check_value` (``gt``: strictly greater than)."""
+    return {"min": min, "max": max, "choices": choices, "help": help, "gt": gt}
+
+
+def _describe(f: dataclasses.Field) -> str:
+    m = f.metadata or {}
+    tp = _type_name(f.type)
+    parts = []
+    if m.get("choices") is not None:
+        return f"one of {list(m['choices'])}"
+    if m.get("gt") is not None:
+        parts.append(f"> {m['gt']}")
+    if m.get("min") is not None:
+        parts.append(f">= {m['min']}")
+    if m.get("max") is not None:
+        parts.append(f"<= {m['max']}")
+    return f"{tp}" + (" " + " and ".join(parts) if parts else "")
+
+
+def _type_name(tp) -> str:
+    if isinstance(tp, str):
+        return tp
+    return getattr(tp, "__name__", str(tp)).replace("typing.", "")
+
+
+def _check_scalar(key: str, f: dataclasses.Field, v: Any) -> None:
+    m = f.metadata or {}
+    if v is None:
+        return
+    items = v if isinstance(v, (list, tuple)) else [v]
+    for x in items:
+        if m.get("choices") is not None and x not in m["choices"]:
+            raise ConfigError(key, v, _describe(f))
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            if (m.get("min") is not None and x < m["min"]) or (m.get("max") is not None and x > m["max"]) \
+                    or (m.get("gt") is not None and x <= m["gt"]):
+                raise ConfigError(key, v, _describe(f))
+
+
+def build_params(schema: type, node: DictConfig | dict | None, prefix: str, skip=("name",)):
+    """Build ``schema`` (a dataclass) from a config node: unknown keys, wrong types and values
+    outside the field metadata raise :class:`ConfigError` naming ``prefix.key``."""
+    node = OmegaConf.create({}) if node is None else node
+    if not isinstance(node, DictConfig):
+        node = OmegaConf.create(node)
+    fields = {f.name: f for f in dataclasses.fields(schema)}
+    hints = typing.get_type_hints(schema)
+    kwargs = {}
+    for key in node.keys():
+        if key in skip:
+            continue
+        full = f"{prefix}.{key}" if prefix else str(key)
+        if key not in fields:
+            raise ConfigError(full, OmegaConf.select(node, str(key)),
+                              f"keys of {prefix or 'the top level'}: {sorted(fields)}")
+        f = fields[key]
+        tp = hints[key]
+        raw = node[key]
+        if dataclasses.is_dataclass(tp):
+            kwargs[key] = build_params(tp, raw, full, skip=())
+            continue
+        try:
+            typed = OmegaConf.structured(_Box.make(tp))
+            typed.v = raw
+            value = OmegaConf.to_container(typed, resolve=True)["v"]
+        except OmegaConfBaseException as e:
+            msg = str(e).splitlines()[0]
+            raise ConfigError(full, raw if not isinstance(raw, (DictConfig, ListConfig))
+                              else OmegaConf.to_container(raw), f"{_describe(f)} ({msg})") from None
+        _check_scalar(full, f, value)
+        kwargs[key] = value
+    obj = schema(**kwargs)
+    post = getattr(obj, "validate", None)
+    if callable(post):
+        post(prefix)
+    return obj
+
+
+class _Box:
+    _cache: dict = {}
+
+    @classmethod
+    def make(cls, tp):
+        if tp not in cls._cache:
+            cls._cache[tp] = dataclasses.make_dataclass("Box", [("v", tp, field(default=MISSING))])
+        return cls._cache[tp]
+
+
+def default_data_dir() -> str:
+    env = os.environ.get("FGX_DATA_DIR")
+    if env:
+        return env
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return str(Path(base) / "fgx")
+
+
+@dataclass
+class OutputParams:
+    checkpoint: bool = True          # write checkpoint.pt at every evaluation
+    save_predictions: bool = False
+    progress: str = field(default="auto", metadata=spec(choices=["auto", "rich", "plain", "off"]))
+
+
+@dataclass
+class TopParams:
+    seed: int = field(default=0, metadata=spec(min=0))
+    device: str = field(default="cpu", metadata=spec(choices=["cpu", "cuda", "auto"]))
+    rounds: int = field(default=50, metadata=spec(min=1))
+    eval_every: int = field(default=5, metadata=spec(min=1))
+    data_dir: str | None = None
+    main_metric: str | None = None
+    resume: bool = False
+    output: OutputParams = field(default_factory=OutputParams)
+    experiment_name: str | None = None
+    logger: str = field(default="none", metadata=spec(choices=["none"]))
+
+
+GROUP_KEYS = ("dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor")
+
+
+@dataclass
+class Validated:
+    top: TopParams
+    params: dict[str, Any]      # group -> params dataclass
+    names: dict[str, str]       # group -> component name
+    entries: dict[str, Any]     # group -> registry Entry
+
+
+def validate(cfg: DictConfig) -> Validated:
+    """Check the whole resolved config. Raises ConfigError on the first problem."""
+    from fgx.registry import GROUPS
+
+    try:
+        container = OmegaConf.to_container(cfg, resolve=True)
+    except OmegaConfBaseException as e:
+        raise ConfigError(getattr(e, "full_key", "?") or "?", "?", f"a resolvable value ({e})") from None
+    top_node = {k: v for k, v in container.items() if k not in GROUP_KEYS and k != "hydra"}
+    top = build_params(TopParams, top_node, "", skip=())
+    params, names, entries = {}, {}, {}
+    for group in GROUP_KEYS:
+        node = container.get(group)
+        if node is None:
+            raise ConfigError(group, None, f"a `{group}` config group (conf/{group}/*.yaml)")
+        if not isinstance(node, dict) or "name" not in node:
+            raise ConfigError(f"{group}.name", None, f"a component name, one of {GROUPS[group].names()}")
+        entry = GROUPS[group].get(node["name"])
+        names[group] = node["name"]
+        entries[group] = entry
+        params[group] = build_params(entry.params, node, group) if entry.params else None
+        if entry.params is None and len(node) > 1:
+            extra = sorted(k for k in node if k != "name")
+            raise ConfigError(f"{group}.{extra[0]}", node[extra[0]], f"no parameters for {group} '{node['name']}'")
+    _check_tasks(names, entries)
+    for group in GROUP_KEYS:
+        hook = getattr(entries[group].obj, "check_config", None)
+        if callable(hook):
+            hook(params[group], Validated(top, params, names, entries))
+    return Validated(top, params, names, entries)
+
+
+def _check_tasks(names: dict, entries: dict) -> None:
+    """An algorithm or model that does not support the dataset's task fails here, before any work."""
+    task = entries["dataset"].meta.get("task")
+    if task is None:
+        return
+    for group in ("algorithm", "model", "partitioner"):
+        tasks = entries[group].meta.get("tasks")
+        if tasks is not None and task not in tasks:
+            raise ConfigError(f"{group}.name", names[group],
+                              f"a {group} that supports the {task!r} task of dataset "
+                              f"'{names['dataset']}' ({group} '{names[group]}' supports {list(tasks)})")

@@ -1,0 +1,75 @@
+"""What every dataset returns: one global PyG ``Data`` plus facts about its task."""
+from __future__ import annotations
+
+import logging
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from typing import TYPE_CHECKING
+
+import torch
+
+if TYPE_CHECKING:
+    from torch_geometric.data import Data
+
+
+@dataclass
+class DatasetInfo:
+    name: str
+    task: str                    # "node" | "edge" | "ranking" | "regression"
+    num_classes: int
+    main_metric: str
+    source: str                  # "real" | "generated"
+    features_public: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass
+class GraphDataset:
+    data: "Data"
+    info: DatasetInfo
+
+
+@dataclass
+class DataEnv:
+    data_dir: Path
+    seed: int
+    log: logging.Logger
+
+
+class DataError(ValueError):
+    """A data file or generated graph that cannot be used; the message names the input."""
+
+
+def random_split(num_items: int, train: float, val: float, seed: int) -> tuple[torch.Tensor, ...]:
+    """Boolean train/val/test masks over ``num_items`` items from a seeded permutation."""
+    if not (0 < train < 1 and 0 <= val < 1 and train + val < 1):
+        raise DataError(f"split fractions train={train}, val={val} must be in (0, 1) with train + val < 1")
+    g = torch.Generator().manual_seed(seed)
+    perm = torch.randperm(num_items, generator=g)
+    n_tr, n_va = int(round(train * num_items)), int(round(val * num_items))
+    masks = [torch.zeros(num_items, dtype=torch.bool) for _ in range(3)]
+    masks[0][perm[:n_tr]] = True
+    masks[1][perm[n_tr:n_tr + n_va]] = True
+    masks[2][perm[n_tr + n_va:]] = True
+    return tuple(masks)
+
+
+def staged_root(data_dir: Path, folder: str, required: list[str]) -> Path:
+    """PyG writes ``processed/`` next to ``raw/``. When the data root is read-only (a shared
+    copy), stage the raw files into a writable cache and load from there."""
+    src = Path(data_dir) / folder
+    try:
+        (src / "processed").mkdir(parents=True, exist_ok=True)
+        probe = src / "processed" / ".fgx_write_probe"
+        probe.touch()
+        probe.unlink()
+        return Path(data_dir)
+    except OSError:
+        from fgx.config import default_data_dir
+        dst_root = Path(default_data_dir()) / "staged"
+        dst = dst_root / folder
+        if not all((dst / "raw" / r).exists() for r in required):
+            shutil.copytree(src / "raw", dst / "raw", dirs_exist_ok=True)
+        return dst_root

@@ -1,0 +1,42 @@
+"""Planetoid citation graphs (Cora, CiteSeer, PubMed) through PyG's own loader.
+
+With the raw files under ``<data_dir>/<Name>/raw`` it works offline; otherwise PyG downloads them."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fgx.config import spec
+from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, random_split, staged_root
+from fgx.registry import DATASETS
+
+RAW = [f"ind.{{}}.{s}" for s in ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")]
+
+
+@dataclass
+class PlanetoidParams:
+    dataset: str = field(default="Cora", metadata=spec(choices=["Cora", "CiteSeer", "PubMed"]))
+    split: str = field(default="random", metadata=spec(
+        choices=["random", "public"], help="random: train/val/test fractions; public: Planetoid's split"))
+    train: float = field(default=0.2, metadata=spec(gt=0.0, max=1.0))
+    val: float = field(default=0.4, metadata=spec(min=0.0, max=1.0))
+    normalize_features: bool = False
+
+
+@DATASETS.register("planetoid", params=PlanetoidParams, task="node")
+def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
+    from torch_geometric.datasets import Planetoid
+    import torch_geometric.transforms as T
+
+    raw_files = [r.format(p.dataset.lower()) for r in RAW]
+    have_raw = all((env.data_dir / p.dataset / "raw" / r).exists() for r in raw_files)
+    root = staged_root(env.data_dir, p.dataset, raw_files) if have_raw else env.data_dir
+    if not have_raw:
+        env.log.info("Planetoid %s not found under %s: PyG will download it", p.dataset, env.data_dir)
+    transform = T.NormalizeFeatures() if p.normalize_features else None
+    ds = Planetoid(str(root), p.dataset, transform=transform)
+    data = ds[0]
+    if p.split == "random":
+        data.train_mask, data.val_mask, data.test_mask = random_split(data.num_nodes, p.train, p.val, env.seed)
+    info = DatasetInfo(name=p.dataset.lower(), task="node", num_classes=ds.num_classes, main_metric="accuracy",
+                       source="real", extra={"root": str(root), "split": p.split})
+    return GraphDataset(data, info)

@@ -1,0 +1,260 @@
+"""The one trainer loop every algorithm runs in:
+
+dataset -> partitioner -> clients -> algorithm (model, channel, privacy) -> rounds with evaluation
+and checkpoints -> unlearning -> summary. Everything written goes through RunDir."""
+from __future__ import annotations
+
+import logging
+import random
+import resource
+import sys
+import time
+import traceback
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from omegaconf import DictConfig, OmegaConf
+
+from fgx.config import Validated, default_data_dir, validate
+from fgx.data.base import DataEnv
+from fgx.federation.channel import Channel
+from fgx.federation.context import Context
+from fgx.metrics import classification_metrics, mean_over_clients, minority_class
+from fgx.outputs import RunDir
+from fgx.partition.base import build_clients, partition_stats
+from fgx.progress import Progress
+
+log = logging.getLogger("fgx")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % (2**32))
+    torch.manual_seed(seed)
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        from fgx.config import ConfigError
+        raise ConfigError("device", name, "'cpu' or 'auto' (no CUDA device is available here)")
+    return torch.device(name)
+
+
+def setup_logging(run_dir: Path) -> logging.Handler:
+    log.setLevel(logging.INFO)
+    log.propagate = False
+    fh = logging.FileHandler(run_dir / "fgx.log")
+    fh.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(fh)
+    if not any(getattr(h, "_fgx_console", False) for h in log.handlers):
+        ch = logging.StreamHandler(sys.stderr)
+        ch.setFormatter(logging.Formatter("[fgx] %(message)s"))
+        ch._fgx_console = True
+        log.addHandler(ch)
+    return fh
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+class Evaluator:
+    """Per-client metrics on each split, their mean over clients, and the pooled ("global") values."""
+
+    def __init__(self, ctx: Context, data):
+        self.ctx = ctx
+        info = ctx.info
+        self.task = info.task
+        if info.task == "node" and getattr(data, "train_mask", None) is not None:
+            self.minority = minority_class(data.y[data.train_mask], info.num_classes)
+        elif info.task == "edge":
+            self.minority = minority_class(data.edge_y[data.edge_train_mask], info.num_classes)
+        else:
+            self.minority = None
+
+    def __call__(self, algo) -> dict[str, dict]:
+        custom = getattr(algo, "client_metrics", None)
+        out: dict[str, dict] = {}
+        if callable(custom):
+            # ranking/regression tasks: the algorithm computes its own per-client metrics
+            per = [custom(c) for c in self.ctx.clients]
+            for split in per[0]:
+                pc = [p[split] for p in per]
+                out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": None}
+            return out
+        preds = [algo.predict(c) for c in self.ctx.clients]
+        k = self.ctx.info.num_classes
+        for split in preds[0]:
+            pc = [classification_metrics(p[split][0], p[split][1], k, self.minority) for p in preds]
+            scores = torch.cat([p[split][0] for p in preds])
+            labels = torch.cat([p[split][1] for p in preds])
+            out[split] = {"mean": mean_over_clients(pc), "per_client": pc,
+                          "global": classification_metrics(scores, labels, k, self.minority)}
+        return out
+
+
+def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
+    """Run one job into ``run_dir``. Returns the summary; on failure summary.json says so (status
+    failed, the error and its traceback) and the caller decides the exit code."""
+    rd = RunDir(run_dir)
+    handler = setup_logging(rd.path)
+    t_start = time.time()
+    summary: dict[str, Any] = {"status": "running", "run_dir": str(rd.path)}
+    try:
+        v = validate(cfg)
+        prev = rd.file("summary.json")
+        if v.top.resume and prev.exists():
+            summary["resumed_from"] = rd.read_json("summary.json").get("status")
+        rd.write_json("summary.json", summary)
+        summary = _train(cfg, v, rd, summary, t_start)
+        return summary
+    except BaseException as e:  # noqa: BLE001 - a run directory must say why it stopped
+        summary.update(status="failed", error=f"{type(e).__name__}: {e}",
+                       traceback=traceback.format_exc(limit=20), wall_time_s=time.time() - t_start,
+                       peak_rss_mb=peak_rss_mb())
+        try:
+            rd.write_json("summary.json", summary)
+        except Exception:  # noqa: BLE001 - the original error matters more
+            pass
+        log.error("run failed: %s: %s (run directory: %s)", type(e).__name__, e, rd.path)
+        if isinstance(e, KeyboardInterrupt):
+            raise
+        return summary
+    finally:
+        log.removeHandler(handler)
+        handler.close()
+
+
+def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: float) -> dict:
+    top = v.top
+    seed_everything(top.seed)
+    device = resolve_device(top.device)
+    data_dir = Path(top.data_dir or default_data_dir()).expanduser()
+    env = DataEnv(data_dir=data_dir, seed=top.seed, log=log)
+
+    ds = v.entries["dataset"].obj(v.params["dataset"], env)
+    info = ds.info
+    log.info("dataset %s (%s, %s task): %d nodes, %d edges", info.name, info.source, info.task,
+             ds.data.num_nodes, ds.data.edge_index.size(1))
+    client_nodes = v.entries["partitioner"].obj(v.params["partitioner"], ds.data, info, top.seed)
+    clients = build_clients(ds.data, info, client_nodes)
+    pstats = partition_stats(ds.data, info, clients)
+    rd.write_json("partition.json", pstats)
+    log.info("partitioner %s: %d clients, L/S %.2f, %s cross-client edges", v.names["partitioner"],
+             len(clients), pstats["ls_ratio"], pstats["cross_client_edges"])
+
+    algo_cls = v.entries["algorithm"].obj
+    privacy = v.entries["privacy"].obj(v.params["privacy"])
+    executor = v.entries["executor"].obj(v.params["executor"])
+    channel = Channel(algo_cls.messages, privacy=privacy, features_public=info.features_public)
+    ctx = Context(clients=clients, info=info, cfg=cfg, params=v.params["algorithm"],
+                  model_params=v.params["model"], model_builder=v.entries["model"].obj,
+                  channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,
+                  log=log, global_data=ds.data)
+    privacy.bind(ctx)
+    algo = algo_cls(ctx)
+    algo.setup()
+    evaluator = Evaluator(ctx, ds.data)
+    main_metric = top.main_metric or info.main_metric
+
+    start_round, best, elapsed_before = 1, None, 0.0
+    if top.resume:
+        ckpt = rd.load_checkpoint()
+        if ckpt is not None:
+            algo.load_state_dict(ckpt["algorithm"])
+            privacy.load_state_dict(ckpt["privacy"])
+            channel.load_state_dict(ckpt["channel"])
+            torch.set_rng_state(ckpt["torch_rng"])
+            start_round, best, elapsed_before = ckpt["round"] + 1, ckpt["best"], ckpt["elapsed_s"]
+            rows = [r for r in rd.read_jsonl("metrics.jsonl") if r["round"] <= ckpt["round"]]
+            rd.rewrite_jsonl("metrics.jsonl", rows)
+            log.info("resumed from checkpoint at round %d", ckpt["round"])
+        else:
+            log.info("resume=true but no checkpoint in %s: starting from round 1", rd.path)
+    if start_round == 1 and rd.file("metrics.jsonl").exists():
+        rd.file("metrics.jsonl").unlink()
+
+    progress = Progress(top.rounds, top.output.progress, log, start=start_round - 1)
+    t_loop = time.time() - elapsed_before
+    last = None
+    try:
+        for r in range(start_round, top.rounds + 1):
+            t_round = time.time()
+            stats = algo.round(r)
+            stats.update(privacy.on_round_end(r))
+            stats["round_time_s"] = time.time() - t_round
+            for name, rows in ctx.extras.items():
+                for row in rows:
+                    rd.append_jsonl(f"{name}.jsonl", {"round": r, **row} if isinstance(row, dict) else
+                                    {"round": r, "value": row})
+            ctx.extras.clear()
+            evaluate = r % top.eval_every == 0 or r == top.rounds
+            status = f"loss {stats.get('loss', float('nan')):.4f}"
+            if evaluate:
+                res = evaluator(algo)
+                cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
+                for split, m in res.items():
+                    rd.append_jsonl("metrics.jsonl", {
+                        "round": r, "split": split, **{f"train_{k}" if k == "loss" else k: val
+                                                        for k, val in stats.items()},
+                        "mean": m["mean"], "global": m["global"], "per_client": m["per_client"],
+                        "bytes_cumulative": cum_bytes, "wall_time_s": time.time() - t_loop})
+                last = res
+                val = res.get("val", res.get("test"))["mean"].get(main_metric)
+                if best is None or (val is not None and val == val and val > best["val"]):
+                    best = {"round": r, "val": val, "test": res["test"]["mean"],
+                            "per_client": res["test"]["per_client"]}
+                status += f"  val {main_metric} {val:.4f}" if val is not None else ""
+                if top.output.checkpoint:
+                    rd.save_checkpoint({"round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
+                                        "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
+                                        "best": best, "elapsed_s": time.time() - t_loop})
+            progress.update(r, status, evaluate)
+    finally:
+        progress.close()
+    train_time = time.time() - t_loop
+
+    if last is None:   # resumed after the final round: evaluate the restored state
+        last = evaluator(algo)
+    unlearning = v.entries["unlearning"].obj(v.params["unlearning"])
+    unl = unlearning.run(ctx, algo)
+    if unl is not None:
+        rd.write_json("unlearning.json", unl)
+    comm = channel.report()
+    rd.write_json("comm.json", comm)
+    rd.write_json("privacy.json", privacy.report())
+    executor.shutdown()
+
+    summary.update({
+        "status": "completed",
+        "main_metric": main_metric,
+        "final": last["test"]["mean"],
+        "final_global": last["test"]["global"],
+        "best": best,
+        "per_client": last["test"]["per_client"],
+        "rounds": top.rounds,
+        "wall_time_s": time.time() - t_start,
+        "train_time_s": train_time,
+        "peak_rss_mb": peak_rss_mb(),
+        "total_bytes": comm["total_bytes"],
+        "privacy": privacy.headline(),
+        "data": {"name": info.name, "source": info.source, "task": info.task, **info.extra},
+        "components": dict(v.names),
+        "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
+        "seed": top.seed,
+    })
+    if unl is not None:
+        summary["unlearning"] = unl.get("summary", {k: unl[k] for k in list(unl)[:8] if not isinstance(unl[k], list)})
+    rd.write_json("summary.json", summary)
+    log.info("done in %.1fs: test %s = %.4f (mean over %d clients); run directory: %s",
+             summary["wall_time_s"], main_metric, summary["final"].get(main_metric, float("nan")),
+             len(clients), rd.path)
+    return summary
+
+
+def config_to_yaml(cfg: DictConfig) -> str:
+    return OmegaConf.to_yaml(cfg, resolve=True)

@@ -78,6 +78,7 @@ def cmd_run(argv: list[str]) -> int:
     passthrough = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve", "--package", "-p",
                    "--shell-completion", "-sc"}
     multirun = "-m" in argv or "--multirun" in argv
+    FAILED_JOBS.clear()
     if not passthrough.intersection(argv):
         overrides = [a for a in argv if not a.startswith("-")]
         prevalidate(overrides, multirun)
@@ -106,7 +107,7 @@ def _print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
-    console = Console(stderr=False, force_terminal=False if os.environ.get("CI") else None)
+    console = Console(width=None if sys.stdout.isatty() else 100)
     t = Table(title=f"fgx: {summary['components']['algorithm']} on {summary['data']['name']} "
                     f"({summary['data']['source']} data), test split, mean over clients")
     t.add_column("metric")
@@ -148,7 +149,7 @@ def cmd_list(args) -> int:
         for name in GROUPS[g].names():
             e = GROUPS[g].get(name)
             t.add_row(g, name, ", ".join(by_name.get(name, [])) or "-", e.module)
-    Console().print(t)
+    Console(width=None if sys.stdout.isatty() else 160).print(t)
     return 0
 
 

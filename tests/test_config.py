@@ -1,0 +1,107 @@
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+
+import pytest
+from omegaconf import OmegaConf
+
+from fgx.cli import compose
+from fgx.config import ConfigError, build_params, spec, validate
+from fgx.registry import ALGORITHMS, DATASETS, GROUPS, Registry
+
+
+def test_every_group_has_components_and_conf_files():
+    from fgx.cli import conf_dir
+    for group, reg in GROUPS.items():
+        names = reg.names()
+        assert names, group
+        confs = {OmegaConf.load(f).get("name") for f in (conf_dir() / group).glob("*.yaml")}
+        assert confs <= set(names), f"conf/{group} names unknown components: {confs - set(names)}"
+
+
+def test_registry_rejects_duplicate_and_unknown():
+    r = Registry("thing", "fgx.models")
+    r._loaded = True
+
+    @r.register("a")
+    def a():
+        pass
+
+    with pytest.raises(ValueError):
+        @r.register("a")
+        def b():
+            pass
+    with pytest.raises(ConfigError, match=r"thing.name.*one of \['a'\]"):
+        r.get("zzz")
+
+
+@dataclass
+class P:
+    n: int = field(default=1, metadata=spec(min=1))
+    mode: str = field(default="x", metadata=spec(choices=["x", "y"]))
+    rate: float = field(default=0.5, metadata=spec(gt=0.0, max=1.0))
+    sizes: list[int] = field(default_factory=lambda: [1, 2])
+
+
+@pytest.mark.parametrize("node,key,allowed", [
+    ({"n": 0}, "g.n", ">= 1"),
+    ({"n": "abc"}, "g.n", "int"),
+    ({"mode": "z"}, "g.mode", "one of ['x', 'y']"),
+    ({"rate": 0.0}, "g.rate", "> 0.0"),
+    ({"bogus": 1}, "g.bogus", "keys of g"),
+    ({"sizes": ["a"]}, "g.sizes", "list"),
+])
+def test_build_params_errors_name_key_and_allowed(node, key, allowed):
+    with pytest.raises(ConfigError) as e:
+        build_params(P, node, "g")
+    assert e.value.key == key
+    assert allowed in str(e.value)
+
+
+def test_build_params_converts_types():
+    p = build_params(P, {"n": "3", "rate": 1, "sizes": [4]}, "g")
+    assert p.n == 3 and p.rate == 1.0 and p.sizes == [4]
+
+
+def test_default_config_validates():
+    v = validate(compose([]))
+    assert set(v.names) == {"dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor"}
+
+
+def test_task_mismatch_is_refused_before_work():
+    cfg = compose(["partitioner=label_dirichlet"])
+    cfg.dataset = OmegaConf.create({"name": "csbm"})
+    validate(cfg)
+    entry = DATASETS.get("csbm")
+    old = entry.meta.get("task")
+    entry.meta["task"] = "ranking"
+    try:
+        with pytest.raises(ConfigError, match="supports"):
+            validate(cfg)
+    finally:
+        entry.meta["task"] = old
+
+
+def test_component_modules_do_not_import_heavy_libraries():
+    """Config errors must be fast: importing every component must not pull in PyG or sklearn."""
+    code = ("import sys; from fgx.registry import GROUPS; [g.names() for g in GROUPS.values()];"
+            "heavy=[m for m in ('torch_geometric','sklearn','ogb','opacus','dp_accounting','ray','matplotlib')"
+            " if m in sys.modules]; print(','.join(heavy))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "", f"imported at registry load: {out.stdout.strip()}"
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("algorithm=nope", "algorithm"),
+    ("partitioner.num_clients=-3", "partitioner.num_clients"),
+    ("model.hidden=abc", "model.hidden"),
+])
+def test_cli_config_errors_are_fast_and_leave_no_run_dir(tmp_path, override, needle):
+    t = time.time()
+    out = subprocess.run([sys.executable, "-m", "fgx.cli", "run", override], cwd=tmp_path,
+                         capture_output=True, text=True)
+    assert time.time() - t < 15  # generous on a loaded CI box; the design target is < 5 s
+    assert out.returncode != 0
+    assert needle in out.stderr and ("allowed" in out.stderr or "Available options" in out.stderr)
+    assert not (tmp_path / "outputs").exists()

@@ -1,0 +1,70 @@
+import pytest
+import torch
+
+from fgx.data.base import DataEnv, DataError
+from fgx.data.csbm import CsbmParams, load_csbm
+from fgx.partition.base import build_clients, partition_stats
+from fgx.partition.label_dirichlet import LabelDirichletParams, label_dirichlet_partition
+from fgx.partition.louvain import LouvainParams, louvain_partition
+from fgx.partition.metis import MetisParams, metis_partition
+from fgx.partition.random import RandomParams, random_partition
+import logging
+
+PARTS = [
+    (random_partition, RandomParams(num_clients=5)),
+    (louvain_partition, LouvainParams(num_clients=5)),
+    (metis_partition, MetisParams(num_clients=5)),
+    (label_dirichlet_partition, LabelDirichletParams(num_clients=5, alpha=0.3)),
+]
+
+
+@pytest.fixture(scope="module")
+def graph():
+    return load_csbm(CsbmParams(num_nodes=400, num_features=8, avg_degree=6), DataEnv(None, 0, logging.getLogger()))
+
+
+@pytest.mark.parametrize("fn,p", PARTS, ids=lambda x: getattr(x, "__name__", ""))
+def test_every_node_owned_once_and_cross_edges_counted(graph, fn, p):
+    data, info = graph.data, graph.info
+    parts = fn(p, data, info, seed=0)
+    assert len(parts) == 5
+    owned = torch.cat(parts)
+    assert owned.numel() == data.num_nodes and torch.unique(owned).numel() == data.num_nodes
+    clients = build_clients(data, info, parts)
+    stats = partition_stats(data, info, clients)
+    owner = torch.empty(data.num_nodes, dtype=torch.long)
+    for c, nodes in enumerate(parts):
+        owner[nodes] = c
+    ei = data.edge_index
+    crossing = int((owner[ei[0]] != owner[ei[1]]).sum()) // 2
+    assert stats["cross_client_edges"] == crossing
+    # every stored edge is internal to exactly one client or crosses and is held by both clients
+    assert sum(c.data.edge_index.size(1) for c in clients) + int((owner[ei[0]] != owner[ei[1]]).sum()) == ei.size(1)
+    assert sum(c.data.cross_edge_index.size(1) for c in clients) == 2 * int((owner[ei[0]] != owner[ei[1]]).sum())
+    assert stats["ls_ratio"] >= 1.0
+
+
+def test_halo_nodes_carry_no_features_or_labels(graph):
+    parts = random_partition(RandomParams(num_clients=3), graph.data, graph.info, 0)
+    for c in build_clients(graph.data, graph.info, parts):
+        assert c.num_halo > 0
+        halo = slice(c.num_owned, c.num_owned + c.num_halo)
+        assert torch.all(c.data.x[halo] == 0) and torch.all(c.data.y[halo] == -1)
+        assert not c.data.train_mask[halo].any()
+        assert torch.equal(c.data.x[: c.num_owned], graph.data.x[c.nodes])
+        # cross edges join an owned node and a halo node
+        ce = c.data.cross_edge_index
+        own = ce < c.num_owned
+        assert torch.all(own[0] ^ own[1])
+
+
+def test_more_clients_than_nodes_is_a_clear_error(graph):
+    with pytest.raises(DataError, match="num_clients"):
+        random_partition(RandomParams(num_clients=10_000), graph.data, graph.info, 0)
+
+
+def test_partitions_are_deterministic(graph):
+    for fn, p in PARTS:
+        a = fn(p, graph.data, graph.info, seed=3)
+        b = fn(p, graph.data, graph.info, seed=3)
+        assert all(torch.equal(x, y) for x, y in zip(a, b))

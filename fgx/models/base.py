@@ -1,8 +1,8 @@
 """Shared shape of fgx's node GNNs: a stack of PyG convolutions with ReLU and dropout, the last
 layer producing class logits. ``forward(data)`` reads ``data.x`` and ``data.edge_index``.
 
-``layer_forward(i, h, edge_index)`` runs one layer (pre-activation), so algorithms that exchange
-embeddings between clients (CE-FedGNN) can run the network layer by layer."""
+``encode/layer/activate/head`` run the network layer by layer, so algorithms that exchange
+embeddings between clients (CE-FedGNN) can replace remote nodes' rows between layers."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -30,17 +30,27 @@ class NodeGNN(nn.Module):
     def num_layers(self) -> int:
         return len(self.convs)
 
-    def layer_forward(self, i: int, h: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
-        if i > 0:
-            h = torch.relu(h)
-        h = nn.functional.dropout(h, self.dropout, self.training)
-        return self.convs[i](h, edge_index)
+    # layer-wise interface (docs/ARCHITECTURE.md): CE-FedGNN swaps halo rows between layers
+    def encode(self, view) -> dict:
+        return {"h": view.x, "e": None}
 
-    def forward(self, data) -> torch.Tensor:
-        h = data.x
-        for i in range(self.num_layers):
-            h = self.layer_forward(i, h, data.edge_index)
+    def layer(self, i: int, h: torch.Tensor, e, edge_index: torch.Tensor):
+        h = nn.functional.dropout(h, self.dropout, self.training)
+        return self.convs[i](h, edge_index), e
+
+    def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
+        return torch.relu(pre) if i < self.num_layers - 1 else pre
+
+    def head(self, h: torch.Tensor, e, edge_index: torch.Tensor, view) -> torch.Tensor:
         return h
+
+    def forward(self, view) -> torch.Tensor:
+        s = self.encode(view)
+        h, e = s["h"], s["e"]
+        for i in range(self.num_layers):
+            pre, e = self.layer(i, h, e, view.edge_index)
+            h = self.activate(i, pre)
+        return self.head(h, e, view.edge_index, view)
 
 
 def dims(p: GNNParams, in_dim: int, out_dim: int) -> list[tuple[int, int]]:

@@ -1,0 +1,407 @@
+"""CE-FedGNN (Guo et al., 2026): cross-client embedding exchange with moving-average estimators.
+
+Per client, per node and per layer, a moving average of pre-activations (Eq. 5) replaces the
+fresh value; the gradient is a moving average too (Eq. 9); the local step is W <- W - lr * G.
+At the end of a round each client uploads its model update, its gradient estimator G and the
+embeddings of the boundary nodes it updated; the server averages W and G, broadcasts both and
+routes each embedding to the clients that hold an edge to that node. A remote node's embedding is
+a constant (no gradient flows into it) and its neighbourhood is never expanded (one hop).
+
+Switches (spec ce_fedgnn.md §2.5): ``embedding_sharing: moving_average | stale | none`` and
+``beta`` (1.0 = no gradient moving average). ``fedgnn_st`` and the Table 5 ablations are presets."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fgx.algorithms.base import Algorithm, flat_params, round_seed, weighted_average
+from fgx.config import ConfigError, spec
+from fgx.federation.channel import Message
+from fgx.registry import ALGORITHMS
+from fgx.tasks import SPLITS, class_weights, local_view, targets
+
+
+@dataclass
+class CEFedGNNParams:
+    lr: float = field(default=0.01, metadata=spec(gt=0.0))
+    local_optimizer: str = field(default="adam_on_g", metadata=spec(
+        choices=["ema_sgd", "adam_on_g"], help="ema_sgd: W -= lr*G (paper); adam_on_g: Adam step with G as gradient"))
+    weight_decay: float = field(default=0.0, metadata=spec(min=0.0))
+    local_steps: int = field(default=8, metadata=spec(min=1, help="K: local steps per round"))
+    batch_size: int | None = field(default=64, metadata=spec(min=1, help="seed items per step; null: all"))
+    gamma: float = field(default=0.5, metadata=spec(gt=0.0, max=1.0, help="embedding moving average (Eq. 5)"))
+    beta: float = field(default=0.9, metadata=spec(gt=0.0, max=1.0, help="gradient moving average (Eq. 9)"))
+    embedding_sharing: str = field(default="moving_average", metadata=spec(
+        choices=["moving_average", "stale", "none"]))
+    share_layers: list[int] | None = field(default=None, metadata=spec(
+        min=0, help="1-based layers whose boundary embeddings are shared; null: those the task needs"))
+    remote_layer0: str = field(default="drop", metadata=spec(
+        choices=["drop", "zeros", "raw"], help="a remote neighbour's layer-0 input (raw needs public features)"))
+    grad_through_ma: str = field(default="straight_through", metadata=spec(choices=["straight_through", "scaled"]))
+    ma_init: str = field(default="first", metadata=spec(choices=["first", "zeros"]))
+    grad_init: str = field(default="zeros", metadata=spec(choices=["zeros", "first"]))
+    cross_edge_weight: str = field(default="half", metadata=spec(choices=["half", "full", "owner"]))
+    class_weighted: bool | None = None
+    weighting: str = field(default="uniform", metadata=spec(choices=["uniform", "train_items"]))
+
+
+@dataclass
+class CEClient:
+    cid: int
+    view: object
+    model: nn.Module
+    n_own: int
+    halo_global: torch.Tensor
+    boundary: torch.Tensor          # local ids of owned nodes with a cross-client edge
+    layer_edges: list               # edge_index used at each layer
+    hbar: list                      # per layer [n_own, d]: moving-average pre-activations
+    hbar_init: list                 # per layer [n_own] bool
+    remote: dict                    # 1-based layer -> [n_halo, d] embeddings received
+    updated: torch.Tensor           # [n_own] bool: touched this round
+    G: dict
+    optimizer: object
+    loss_weight: torch.Tensor | None
+    item_weight: torch.Tensor | None
+    task: str
+    owned_mp_edges: torch.Tensor    # internal edges for neighbourhood expansion
+    seed_nodes_of_item: object = None
+
+
+def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, train: bool, share_depth: int):
+    """Layer-by-layer forward. ``update``: owned nodes whose moving averages this step updates
+    (None: evaluation, fresh values, no state change)."""
+    model, L = c.model, c.model.num_layers
+    s = model.encode(c.view)
+    h, e = s["h"], s["e"]
+    n_own = c.n_own
+    h = _with_halo(c, h, 0, p)
+    for i in range(L):
+        pre, e = model.layer(i, h, e, c.layer_edges[i])
+        fresh = pre[:n_own]
+        # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of
+        # its last update; "none" keeps the local estimators and only stops the exchange
+        gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
+        if update is None:
+            used = fresh
+        else:
+            old = c.hbar[i]
+            if old is None:
+                old = fresh.detach().clone() if p.ma_init == "first" else torch.zeros_like(fresh.detach())
+                c.hbar_init[i] = torch.zeros(n_own, dtype=torch.bool, device=fresh.device)
+            elif p.ma_init == "first":
+                first = update & ~c.hbar_init[i]
+                old = old.clone()
+                old[first] = fresh.detach()[first]
+            m = update.unsqueeze(-1).to(fresh.dtype)
+            new = torch.where(m.bool(), (1 - gamma) * old + gamma * fresh.detach(), old)
+            if p.grad_through_ma == "straight_through":
+                used = new + (fresh - fresh.detach()) * m
+            else:
+                used = torch.where(m.bool(), (1 - gamma) * old + gamma * fresh, old)
+            c.hbar[i] = new
+            c.hbar_init[i] = c.hbar_init[i] | update
+        h_own = model.activate(i, used)
+        h = torch.cat([h_own, _halo_rows(c, i + 1, h_own, p)], 0)
+    return model.head(h, e, c.view.edge_index, c.view)
+
+
+def _halo_rows(c: CEClient, layer: int, like: torch.Tensor, p: CEFedGNNParams) -> torch.Tensor:
+    n_halo = c.halo_global.numel()
+    if p.embedding_sharing != "none" and layer in c.remote:
+        return c.remote[layer]
+    return torch.zeros(n_halo, *like.shape[1:], dtype=like.dtype, device=like.device)
+
+
+def _with_halo(c: CEClient, h0: torch.Tensor, layer: int, p: CEFedGNNParams) -> torch.Tensor:
+    if p.remote_layer0 == "raw" or c.halo_global.numel() == 0:
+        return h0        # halo rows already hold the raw (public) features received at setup
+    h0 = h0.clone()
+    h0[c.n_own:] = 0
+    return h0
+
+
+def _sample_update_set(c: CEClient, p: CEFedGNNParams, batch_items: torch.Tensor | None, L: int) -> torch.Tensor:
+    """Owned nodes within L hops (inside the client) of the step's seed items: the nodes whose
+    moving averages this step updates (all owned nodes when the batch is everything)."""
+    from torch_geometric.utils import k_hop_subgraph
+
+    dev = c.view.x.device
+    if batch_items is None:
+        return torch.ones(c.n_own, dtype=torch.bool, device=dev)
+    if c.task == "edge":
+        ei = c.view.edge_index[:, batch_items]
+        seeds = torch.unique(ei.reshape(-1))
+        seeds = seeds[seeds < c.n_own]
+        hops = L - 1
+    else:
+        seeds, hops = batch_items, L
+    mask = torch.zeros(c.n_own, dtype=torch.bool, device=dev)
+    if seeds.numel() == 0:
+        return mask
+    if hops > 0 and c.owned_mp_edges.numel() > 0:
+        subset, _, _, _ = k_hop_subgraph(seeds, hops, c.owned_mp_edges, num_nodes=c.n_own, flow="target_to_source")
+        mask[subset] = True
+    mask[seeds] = True
+    return mask
+
+
+def local_round(c: CEClient, p: CEFedGNNParams, global_state: dict, global_G: dict, rseed: int, share: list,
+                first_round: bool):
+    """Client side of one round: K steps of Eq. 5 / Eq. 9; returns (update, G, shared embeddings, loss)."""
+    c.model.load_state_dict(global_state)
+    for k, v in global_G.items():
+        c.G[k] = v.clone()
+    g = torch.Generator().manual_seed(rseed + c.cid)
+    c.updated = torch.zeros(c.n_own, dtype=torch.bool, device=c.view.x.device)
+    mask, y = targets(c.view, c.task, "train")
+    train_ids = mask.nonzero().view(-1)
+    L = c.model.num_layers
+    losses = []
+    c.model.train()
+    if train_ids.numel() == 0:
+        return _upload(c, global_state, share) + (float("nan"),)
+    for step in range(p.local_steps):
+        if p.batch_size is not None and p.batch_size < train_ids.numel():
+            pick = torch.randperm(train_ids.numel(), generator=g)[:p.batch_size].to(train_ids.device)
+        else:
+            pick = torch.arange(train_ids.numel(), device=train_ids.device)
+        items = train_ids[pick]
+        upd = _sample_update_set(c, p, items if p.batch_size is not None else None, L)
+        c.updated |= upd
+        out = _forward(c, p, upd, True, L)
+        logits, yb = out[items], y[pick]
+        per = nn.functional.cross_entropy(logits, yb, weight=c.loss_weight, reduction="none")
+        w = c.loss_weight[yb] if c.loss_weight is not None else torch.ones_like(per)
+        if c.item_weight is not None:
+            w = w * c.item_weight[items]
+            per = per * c.item_weight[items]
+        loss = per.sum() / w.sum().clamp(min=1e-12)
+        c.optimizer.zero_grad()
+        loss.backward()
+        for name, prm in c.model.named_parameters():
+            grad = prm.grad if prm.grad is not None else torch.zeros_like(prm)
+            if p.weight_decay:
+                grad = grad + p.weight_decay * prm.detach()
+            if p.grad_init == "first" and step == 0 and first_round:
+                c.G[name] = grad.detach().clone()
+            else:
+                c.G[name] = (1 - p.beta) * c.G[name] + p.beta * grad.detach()
+        if p.local_optimizer == "ema_sgd":
+            with torch.no_grad():
+                for name, prm in c.model.named_parameters():
+                    prm -= p.lr * c.G[name]
+        else:
+            for name, prm in c.model.named_parameters():
+                prm.grad = c.G[name].clone()
+            c.optimizer.step()
+        losses.append(float(loss.detach()))
+    return _upload(c, global_state, share) + (sum(losses) / len(losses),)
+
+
+def _upload(c: CEClient, global_state: dict, share: list):
+    new = c.model.state_dict()
+    update = {k: (new[k] - global_state[k]) if new[k].is_floating_point() else new[k].clone() for k in new}
+    emb = []
+    if share and c.boundary.numel() > 0:
+        sel = c.boundary[c.updated[c.boundary]]
+        with torch.no_grad():
+            for layer in share:
+                hb = c.hbar[layer - 1]
+                if hb is None or sel.numel() == 0:
+                    continue
+                vals = c.model.activate(layer - 1, hb[sel]).detach()
+                emb.append({"layer": layer, "ids": c.view.global_ids[sel], "values": vals})
+    return update, {k: v.clone() for k, v in c.G.items()}, emb
+
+
+@ALGORITHMS.register("ce_fedgnn", params=CEFedGNNParams, tasks=("node", "edge"))
+class CEFedGNN(Algorithm):
+    messages = {
+        "global_weights": Message("down"),
+        "global_grad_estimator": Message("down"),
+        "update": Message("up", release=True),
+        "grad_estimator": Message("up", release=True),
+        "embeddings": Message("up", release=True),
+        "embeddings_routed": Message("down"),
+        "raw_features": Message("down", raw=True, reason="remote_layer0=raw: only for datasets whose node "
+                                                         "features are public (AML: constant 1 + ego-ID bit)"),
+    }
+
+    @classmethod
+    def check_config(cls, params, validated) -> None:
+        if params.share_layers and 0 in params.share_layers:
+            raise ConfigError("algorithm.share_layers", params.share_layers,
+                              "layers >= 1 (sharing layer 0 sends raw node features; use remote_layer0=raw "
+                              "on a dataset that declares its features public)")
+        layers = getattr(validated.params["model"], "layers", None)
+        if layers is not None and params.share_layers and max(params.share_layers) > layers:
+            raise ConfigError("algorithm.share_layers", params.share_layers, f"layers between 1 and {layers}")
+
+    def setup(self) -> None:
+        p, ctx = self.params, self.ctx
+        self.task = ctx.info.task
+        if p.remote_layer0 == "raw" and not ctx.info.features_public:
+            raise ConfigError("algorithm.remote_layer0", "raw", "drop or zeros: dataset "
+                              f"'{ctx.info.name}' does not declare its node features public")
+        self.global_model = ctx.build_model()
+        L = self.global_model.num_layers
+        self.share = list(p.share_layers) if p.share_layers else (
+            list(range(1, L)) if self.task == "node" else list(range(1, L + 1)))
+        if p.embedding_sharing == "none":
+            self.share = []
+        self.global_G = {k: torch.zeros_like(v) for k, v in self.global_model.named_parameters()}
+        self.buffer: dict[int, dict[int, torch.Tensor]] = {l: {} for l in self.share}
+        self.clients = [self._make_client(c) for c in ctx.clients]
+        if p.remote_layer0 == "raw":
+            self._send_raw_features()
+
+    def _make_client(self, client) -> CEClient:
+        p, ctx = self.params, self.ctx
+        n_own = client.num_owned
+        d = client.data
+        if self.task == "edge":
+            view = local_view(client, "edge", include_cross=True)
+            mp = view.edge_index
+            layer_edges = [mp] * self.global_model.num_layers
+            owned_mp = d.edge_index
+        else:
+            view = local_view(client, "node", include_cross=True)
+            ce = d.cross_edge_index
+            into_owned = ce[:, ce[1] < n_own]          # halo -> owned: messages into owned nodes only
+            internal = d.edge_index
+            with_cross = torch.cat([internal, into_owned], 1)
+            keep_cross = p.embedding_sharing != "none"
+            layer_edges = []
+            for i in range(self.global_model.num_layers):
+                use = keep_cross and (i > 0 or p.remote_layer0 != "drop")
+                layer_edges.append(with_cross if use else internal)
+            view.edge_index = layer_edges[-1]
+            owned_mp = internal
+        view.global_ids = torch.cat([client.nodes, client.halo])
+        boundary = torch.unique(d.cross_edge_index.reshape(-1))
+        boundary = boundary[boundary < n_own]
+        model = ctx.build_model()
+        weighted = p.class_weighted if p.class_weighted is not None else self.task == "edge"
+        mask, y = targets(view, self.task, "train")
+        lw = class_weights(y, ctx.out_dim) if weighted and y.numel() else None
+        item_w = None
+        if self.task == "edge":
+            item_w = torch.ones(view.edge_index.size(1))
+            if p.cross_edge_weight == "half":
+                item_w[view.is_cross] = 0.5
+            elif p.cross_edge_weight == "owner":
+                # each cross edge's loss goes to one of its two holders, fixed by the global edge id
+                gid = torch.cat([d.global_edge_id, d.cross_global_edge_id])
+                lower = torch.minimum(view.global_ids[view.edge_index[0]], view.global_ids[view.edge_index[1]])
+                mine = (gid * 2654435761 + ctx.seed) % 2 == (lower == view.global_ids[view.edge_index[0]]).long()
+                item_w[view.is_cross & ~mine] = 0.0
+        opt = torch.optim.Adam(model.parameters(), lr=p.lr)
+        dev = ctx.device
+        L = model.num_layers
+        return CEClient(cid=client.cid, view=view.to(dev), model=model, n_own=n_own, halo_global=client.halo,
+                        boundary=boundary.to(dev), layer_edges=[e.to(dev) for e in layer_edges],
+                        hbar=[None] * L, hbar_init=[None] * L, remote={}, updated=torch.zeros(n_own, dtype=torch.bool),
+                        G={k: torch.zeros_like(v) for k, v in model.named_parameters()}, optimizer=opt,
+                        loss_weight=None if lw is None else lw.to(dev),
+                        item_weight=None if item_w is None else item_w.to(dev), task=self.task,
+                        owned_mp_edges=owned_mp.to(dev))
+
+    def _send_raw_features(self) -> None:
+        """remote_layer0=raw: the server routes each halo node's (public) features once."""
+        x = self.ctx.global_data.x
+        for c in self.clients:
+            if c.halo_global.numel():
+                feats = self.ctx.channel.send("raw_features", x[c.halo_global], src="server", dst=c.cid, round=0)
+                c.view.x[c.n_own:] = feats.to(c.view.x.device)
+
+    def round(self, r: int) -> dict[str, float]:
+        p, ch = self.params, self.ctx.channel
+        ids = [c.cid for c in self.clients]
+        gw = ch.broadcast("global_weights", flat_params(self.global_model), ids, r)
+        gG = ch.broadcast("global_grad_estimator", self.global_G, ids, r)
+        results = self.ctx.executor.map(local_round, self.clients, p, gw, gG, round_seed(self.ctx.seed, r), self.share,
+                                        r == 1)
+        updates, Gs, losses = [], [], []
+        for c, (upd, G, emb, loss) in zip(self.clients, results):
+            updates.append(ch.send("update", upd, src=c.cid, dst="server", round=r))
+            Gs.append(ch.send("grad_estimator", G, src=c.cid, dst="server", round=r))
+            for e in emb:
+                got = ch.send("embeddings", e, src=c.cid, dst="server", round=r)
+                store = self.buffer[got["layer"]]
+                for gid, val in zip(got["ids"].tolist(), got["values"]):
+                    store[gid] = val
+            if loss == loss:
+                losses.append(loss)
+        weights = [1.0] * len(self.clients) if p.weighting == "uniform" else \
+            [max(1, int(targets(c.view, self.task, "train")[0].sum())) for c in self.clients]
+        avg = ch.aggregate("update", weighted_average(updates, weights), len(updates), r)
+        new = {k: (v + avg[k]) if v.is_floating_point() else avg[k] for k, v in self.global_model.state_dict().items()}
+        self.global_model.load_state_dict(new)
+        self.global_G = ch.aggregate("grad_estimator", weighted_average(Gs, weights), len(Gs), r)
+        self._route(r)
+        return {"loss": sum(losses) / len(losses) if losses else float("nan")}
+
+    def _route(self, r: int) -> None:
+        """Send each client the latest shared embedding of every halo node it has one for."""
+        for c in self.clients:
+            if c.halo_global.numel() == 0:
+                continue
+            for layer, store in self.buffer.items():
+                have = [i for i, g in enumerate(c.halo_global.tolist()) if g in store]
+                if not have:
+                    continue
+                idx = torch.tensor(have)
+                vals = torch.stack([store[g] for g in c.halo_global[idx].tolist()])
+                got = self.ctx.channel.send("embeddings_routed", {"ids": c.halo_global[idx], "values": vals},
+                                            src="server", dst=c.cid, round=r)
+                cur = c.remote.get(layer)
+                if cur is None:
+                    cur = torch.zeros(c.halo_global.numel(), vals.size(-1), device=self.ctx.device)
+                cur = cur.clone()
+                cur[idx.to(cur.device)] = got["values"].to(cur.device)
+                c.remote[layer] = cur
+
+    def model_for(self, client):
+        return self.global_model
+
+    def predict(self, client) -> dict:
+        c = self.clients[client.cid]
+        c.model.load_state_dict(self.global_model.state_dict())
+        c.model.eval()
+        with torch.no_grad():
+            scores = _forward(c, self.params, None, False, c.model.num_layers)
+        out = {}
+        for split in SPLITS:
+            mask, y = targets(c.view, self.task, split)
+            out[split] = (scores[mask].cpu(), y.cpu())
+        return out
+
+    def released_embeddings(self) -> torch.Tensor | None:
+        """The last shared embedding of every boundary node (deepest shared layer), pre-noise values
+        as the server holds them: input to the metric-DP ρ estimate."""
+        if not self.share:
+            return None
+        store = self.buffer[max(self.share)]
+        return torch.stack(list(store.values())) if store else None
+
+    def state_dict(self) -> dict:
+        return {"global": self.global_model.state_dict(), "G": self.global_G,
+                "buffer": {str(l): {"ids": torch.tensor(list(s.keys()), dtype=torch.long),
+                                    "values": torch.stack(list(s.values())) if s else torch.zeros(0)}
+                           for l, s in self.buffer.items()},
+                "clients": [{"hbar": [h for h in c.hbar], "hbar_init": [h for h in c.hbar_init],
+                             "remote": {str(k): v for k, v in c.remote.items()},
+                             "G": c.G, "opt": c.optimizer.state_dict()} for c in self.clients]}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.global_model.load_state_dict(state["global"])
+        self.global_G = state["G"]
+        for l, s in state["buffer"].items():
+            self.buffer[int(l)] = {int(i): v for i, v in zip(s["ids"].tolist(), s["values"])}
+        for c, cs in zip(self.clients, state["clients"]):
+            c.hbar, c.hbar_init = list(cs["hbar"]), list(cs["hbar_init"])
+            c.remote = {int(k): v for k, v in cs["remote"].items()}
+            c.G = cs["G"]
+            c.optimizer.load_state_dict(cs["opt"])

@@ -1,0 +1,141 @@
+"""CE-FedGNN: switches, embedding routing, privacy of what crosses the channel."""
+import json
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from fgx.cli import main
+
+TINY_CE = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=16", "partitioner=random",
+           "partitioner.num_clients=3", "rounds=3", "eval_every=3", "model.hidden=16", "algorithm=ce_fedgnn",
+           "algorithm.local_steps=3", "algorithm.batch_size=32"]
+
+
+def rows(d):
+    return [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_ce_fedgnn_runs_and_ledger_separates_w_g_embeddings(run_fgx):
+    d = run_fgx(*TINY_CE)
+    comm = json.loads((d / "comm.json").read_text())
+    kinds = set(comm["totals"])
+    assert {"update", "grad_estimator", "embeddings", "embeddings_routed", "global_weights"} <= kinds
+    assert comm["totals"]["update"] == comm["totals"]["grad_estimator"]  # G has W's shape
+    assert "raw_features" not in kinds
+
+
+def test_gamma_one_equals_stale(run_fgx):
+    a = rows(run_fgx(*TINY_CE, "algorithm.gamma=1.0"))
+    b = rows(run_fgx(*TINY_CE, "algorithm=fedgnn_st", "algorithm.local_steps=3", "algorithm.batch_size=32"))
+    assert [r["mean"] for r in a] == [r["mean"] for r in b]
+
+
+def test_no_sharing_sends_no_embeddings(run_fgx):
+    d = run_fgx(*TINY_CE, "algorithm.embedding_sharing=none")
+    assert "embeddings" not in json.loads((d / "comm.json").read_text())["totals"]
+
+
+def test_sharing_layer_zero_is_refused(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="share_layers"):
+        main(["run", *TINY_CE, "algorithm.share_layers=[0,1]"])
+    rc = main(["run", *TINY_CE, "algorithm.remote_layer0=raw", f"hydra.run.dir={tmp_path / 'r'}"])
+    assert rc == 1
+    s = json.loads((tmp_path / "r" / "summary.json").read_text())
+    assert s["status"] == "failed" and "features public" in s["error"]
+
+
+def _capture(monkeypatch):
+    from fgx.federation import channel as chmod
+    seen = []
+    orig = chmod.Channel.send
+
+    def send(self, kind, payload, src, dst, round):
+        out = orig(self, kind, payload, src, dst, round)
+        seen.append((kind, src, dst, round, out))
+        return out
+
+    monkeypatch.setattr(chmod.Channel, "send", send)
+    return seen
+
+
+def _tensors(x):
+    if isinstance(x, torch.Tensor):
+        yield x
+    elif isinstance(x, dict):
+        for v in x.values():
+            yield from _tensors(v)
+    elif isinstance(x, (list, tuple)):
+        for v in x:
+            yield from _tensors(v)
+
+
+def test_no_raw_feature_crosses_the_channel(run_fgx, monkeypatch):
+    from fgx.data.base import DataEnv
+    from fgx.data.csbm import CsbmParams, load_csbm
+    import logging
+    seen = _capture(monkeypatch)
+    run_fgx(*TINY_CE, "algorithm.share_layers=[1,2]")
+    x = load_csbm(CsbmParams(num_nodes=300, num_features=16), DataEnv(None, 0, logging.getLogger())).data.x
+    raw = {tuple(np.round(r.numpy(), 5)) for r in x}
+    assert seen
+    for kind, *_ , payload in seen:
+        for t in _tensors(payload):
+            if t.is_floating_point() and t.dim() == 2 and t.size(-1) == 16:
+                assert not any(tuple(np.round(r.numpy(), 5)) in raw for r in t), kind
+
+
+def test_receivers_use_exactly_the_noisy_release(run_fgx, monkeypatch):
+    seen = _capture(monkeypatch)
+    run_fgx(*TINY_CE, "privacy=metric_dp", "privacy.sigma0=0.5", "privacy.k=5")
+    released = {}
+    for kind, src, dst, r, p in seen:
+        if kind == "embeddings":
+            for gid, v in zip(p["ids"].tolist(), p["values"]):
+                released[(r, p["layer"] if "layer" in p else 1, gid)] = v
+    assert released
+    checked = 0
+    for kind, src, dst, r, p in seen:
+        if kind == "embeddings_routed":
+            for gid, v in zip(p["ids"].tolist(), p["values"]):
+                key = (r, 1, gid)
+                if key in released:
+                    assert torch.equal(v, released[key])
+                    checked += 1
+    assert checked > 0
+
+
+def test_embedding_noise_has_the_configured_sigma():
+    from types import SimpleNamespace
+
+    from fgx.privacy.metric_dp import MetricDP, MetricDPParams
+    mech = MetricDP(MetricDPParams(sigma0=0.7))
+    mech.bind(SimpleNamespace(seed=0))
+    vals = torch.randn(4000, 8)
+    out = mech.release("embeddings", {"layer": 1, "ids": torch.arange(4000), "values": vals}, src=0, round=1)
+    noise = (out["values"] - vals / vals.norm(dim=-1, keepdim=True)).reshape(-1).numpy()
+    # Kolmogorov-Smirnov against N(0, 0.7²): a wrong σ (0.6 or 0.8) is rejected at this sample size
+    assert stats.kstest(noise, "norm", args=(0, 0.7)).pvalue > 1e-3
+    assert stats.kstest(noise, "norm", args=(0, 0.6)).pvalue < 1e-6
+    assert stats.kstest(noise, "norm", args=(0, 0.8)).pvalue < 1e-6
+    assert mech.releases[0] == 1 and len(mech.releases) == 4000
+
+
+def test_metric_dp_run_reports_the_epsilon_table(run_fgx):
+    d = run_fgx(*TINY_CE, "privacy=metric_dp", "privacy.k=5")
+    priv = json.loads((d / "privacy.json").read_text())
+    assert priv["mechanism"] == "metric_dp" and len(priv["table"]) == 5
+    assert set(priv["rho"]) == {"50", "90", "95", "99", "100"}
+    s = json.loads((d / "summary.json").read_text())
+    assert s["privacy"]["epsilon_p90"] == pytest.approx(priv["epsilon"]["value"])
+    from fgx.privacy.metric_dp_accounting import metric_dp_epsilon
+    assert priv["epsilon"]["value"] == pytest.approx(
+        metric_dp_epsilon(priv["rho"]["90"], 1.0, priv["steps_used"], 1e-4), rel=1e-9)
+
+
+def test_metric_dp_needs_an_embedding_algorithm(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match="releases no embeddings"):
+        main(["run", "privacy=metric_dp"])

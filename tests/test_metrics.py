@@ -1,0 +1,35 @@
+import numpy as np
+import pytest
+import torch
+from sklearn.metrics import f1_score, roc_auc_score
+
+from fgx.metrics import classification_metrics, mean_over_clients, minority_class
+
+
+@pytest.mark.parametrize("k,n,seed", [(2, 200, 0), (2, 57, 1), (5, 300, 2), (7, 1000, 3)])
+def test_metrics_equal_sklearn(k, n, seed):
+    g = torch.Generator().manual_seed(seed)
+    y = torch.randint(0, k, (n,), generator=g)
+    y[:k] = torch.arange(k)
+    scores = torch.randn(n, k, generator=g) + torch.nn.functional.one_hot(y, k) * 0.8
+    scores[::7] = torch.round(scores[::7])            # ties in the scores
+    m = classification_metrics(scores, y, k, minority=1)
+    pred = scores.argmax(-1).numpy()
+    assert m["accuracy"] == pytest.approx((pred == y.numpy()).mean())
+    assert m["f1_macro"] == pytest.approx(f1_score(y, pred, average="macro", labels=list(range(k)), zero_division=0))
+    assert m["f1_minority"] == pytest.approx(f1_score(y, pred, labels=[1], average="macro", zero_division=0))
+    prob = torch.softmax(scores.double(), -1).numpy()
+    ref = roc_auc_score(y, prob[:, 1]) if k == 2 else roc_auc_score(y, prob, multi_class="ovr", labels=list(range(k)))
+    assert m["roc_auc"] == pytest.approx(ref, abs=1e-9)
+
+
+def test_undefined_metrics_are_nan_and_skipped_in_means():
+    m = classification_metrics(torch.zeros(3, 2), torch.zeros(3, dtype=torch.long), 2, 1)
+    assert np.isnan(m["roc_auc"]) and m["accuracy"] == 1.0
+    empty = classification_metrics(torch.zeros(0, 2), torch.zeros(0, dtype=torch.long), 2, 1)
+    assert all(np.isnan(v) for v in empty.values())
+    assert mean_over_clients([m, empty])["accuracy"] == 1.0
+
+
+def test_minority_class_is_the_rarest_training_label():
+    assert minority_class(torch.tensor([0, 0, 0, 1, 2, 2]), 3) == 1

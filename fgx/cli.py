@@ -126,6 +126,19 @@ def _print_summary(summary: dict) -> None:
     console.print(f"run directory: {summary['run_dir']}")
 
 
+def conf_component_name(path: Path) -> str | None:
+    """The component a conf file selects, following a preset's `defaults: [base]` to its base file."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(path)
+    name = node.get("name")
+    if name is None:
+        for d in node.get("defaults", []) or []:
+            if isinstance(d, str) and d != "_self_" and (path.parent / f"{d}.yaml").exists():
+                name = conf_component_name(path.parent / f"{d}.yaml")
+    return name
+
+
 def cmd_list(args) -> int:
     from omegaconf import OmegaConf
     from rich.console import Console
@@ -144,7 +157,7 @@ def cmd_list(args) -> int:
     for g in groups:
         by_name: dict[str, list[str]] = {}
         for f in sorted((root / g).glob("*.yaml")):
-            name = OmegaConf.load(f).get("name")
+            name = conf_component_name(f)
             by_name.setdefault(name, []).append(f"conf/{g}/{f.name}")
         for name in GROUPS[g].names():
             e = GROUPS[g].get(name)

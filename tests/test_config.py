@@ -12,11 +12,11 @@ from fgx.registry import ALGORITHMS, DATASETS, GROUPS, Registry
 
 
 def test_every_group_has_components_and_conf_files():
-    from fgx.cli import conf_dir
+    from fgx.cli import conf_component_name, conf_dir
     for group, reg in GROUPS.items():
         names = reg.names()
         assert names, group
-        confs = {OmegaConf.load(f).get("name") for f in (conf_dir() / group).glob("*.yaml")}
+        confs = {conf_component_name(f) for f in (conf_dir() / group).glob("*.yaml")}
         assert confs <= set(names), f"conf/{group} names unknown components: {confs - set(names)}"
 
 

@@ -139,3 +139,22 @@ def test_metric_dp_needs_an_embedding_algorithm(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match="releases no embeddings"):
         main(["run", "privacy=metric_dp"])
+
+
+def test_ce_fedgnn_resume_gives_the_same_metrics(run_fgx):
+    full = rows(run_fgx(*TINY_CE, "rounds=4", "eval_every=2"))
+    part = run_fgx(*TINY_CE, "rounds=2", "eval_every=2")
+    assert main(["run", *TINY_CE, "rounds=4", "eval_every=2", "resume=true", f"hydra.run.dir={part}"]) == 0
+    assert [(r["round"], r["split"], r["mean"]) for r in rows(part)] == \
+        [(r["round"], r["split"], r["mean"]) for r in full]
+
+
+def test_attribute_inference_attack_is_hurt_by_noise(run_fgx):
+    def aia(*extra):
+        d = run_fgx(*TINY_CE, "algorithm.aia_targets=8", "algorithm.aia_steps=150", "algorithm.aia_lr=0.05", *extra)
+        return json.loads((d / "attack_aia.jsonl").read_text().splitlines()[-1])
+    clean = aia("privacy=metric_dp", "privacy.sigma0=0.001", "privacy.k=5")
+    noisy = aia("privacy=metric_dp", "privacy.sigma0=5.0", "privacy.k=5")
+    assert clean["targets"] == noisy["targets"] == 8
+    assert clean["baseline_nn1pct_mse"] == pytest.approx(noisy["baseline_nn1pct_mse"])
+    assert noisy["mse"] > clean["mse"]

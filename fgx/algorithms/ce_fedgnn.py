@@ -45,6 +45,10 @@ class CEFedGNNParams:
     cross_edge_weight: str = field(default="half", metadata=spec(choices=["half", "full", "owner"]))
     class_weighted: bool | None = None
     weighting: str = field(default="uniform", metadata=spec(choices=["uniform", "train_items"]))
+    aia_targets: int = field(default=0, metadata=spec(
+        min=0, help="after the last round, run the attribute-inference attack on this many boundary nodes"))
+    aia_steps: int = field(default=500, metadata=spec(min=1))
+    aia_lr: float = field(default=0.01, metadata=spec(gt=0.0))
 
 
 @dataclass
@@ -66,7 +70,7 @@ class CEClient:
     item_weight: torch.Tensor | None
     task: str
     owned_mp_edges: torch.Tensor    # internal edges for neighbourhood expansion
-    seed_nodes_of_item: object = None
+    layer0_owned_only: bool = False
 
 
 def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, train: bool, share_depth: int):
@@ -77,6 +81,8 @@ def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, train:
     h, e = s["h"], s["e"]
     n_own = c.n_own
     h = _with_halo(c, h, 0, p)
+    if c.layer0_owned_only:
+        h = h[:n_own]      # layer 0 sees no halo node: skip their rows (identical result, less work)
     for i in range(L):
         pre, e = model.layer(i, h, e, c.layer_edges[i])
         fresh = pre[:n_own]
@@ -252,7 +258,11 @@ class CEFedGNN(Algorithm):
         if p.embedding_sharing == "none":
             self.share = []
         self.global_G = {k: torch.zeros_like(v) for k, v in self.global_model.named_parameters()}
-        self.buffer: dict[int, dict[int, torch.Tensor]] = {l: {} for l in self.share}
+        n_global = ctx.global_data.num_nodes if ctx.global_data is not None else \
+            int(max(int(torch.cat([c.nodes, c.halo]).max()) for c in ctx.clients)) + 1
+        # server buffer: latest shared embedding per (layer, global node), and whether one exists
+        self.buffer: dict[int, torch.Tensor | None] = {l: None for l in self.share}
+        self.buffer_has: dict[int, torch.Tensor] = {l: torch.zeros(n_global, dtype=torch.bool) for l in self.share}
         self.clients = [self._make_client(c) for c in ctx.clients]
         if p.remote_layer0 == "raw":
             self._send_raw_features()
@@ -298,6 +308,8 @@ class CEFedGNN(Algorithm):
                 mine = (gid * 2654435761 + ctx.seed) % 2 == (lower == view.global_ids[view.edge_index[0]]).long()
                 item_w[view.is_cross & ~mine] = 0.0
         opt = torch.optim.Adam(model.parameters(), lr=p.lr)
+        layer0_owned_only = self.task == "node" and bool(
+            (layer_edges[0].numel() == 0) or int(layer_edges[0].max()) < n_own)
         dev = ctx.device
         L = model.num_layers
         return CEClient(cid=client.cid, view=view.to(dev), model=model, n_own=n_own, halo_global=client.halo,
@@ -306,7 +318,7 @@ class CEFedGNN(Algorithm):
                         G={k: torch.zeros_like(v) for k, v in model.named_parameters()}, optimizer=opt,
                         loss_weight=None if lw is None else lw.to(dev),
                         item_weight=None if item_w is None else item_w.to(dev), task=self.task,
-                        owned_mp_edges=owned_mp.to(dev))
+                        owned_mp_edges=owned_mp.to(dev), layer0_owned_only=layer0_owned_only)
 
     def _send_raw_features(self) -> None:
         """remote_layer0=raw: the server routes each halo node's (public) features once."""
@@ -329,9 +341,11 @@ class CEFedGNN(Algorithm):
             Gs.append(ch.send("grad_estimator", G, src=c.cid, dst="server", round=r))
             for e in emb:
                 got = ch.send("embeddings", e, src=c.cid, dst="server", round=r)
-                store = self.buffer[got["layer"]]
-                for gid, val in zip(got["ids"].tolist(), got["values"]):
-                    store[gid] = val
+                layer, ids, vals = got["layer"], got["ids"].cpu(), got["values"].detach().cpu()
+                if self.buffer[layer] is None:
+                    self.buffer[layer] = torch.zeros(self.buffer_has[layer].numel(), vals.size(-1))
+                self.buffer[layer][ids] = vals
+                self.buffer_has[layer][ids] = True
             if loss == loss:
                 losses.append(loss)
         weights = [1.0] * len(self.clients) if p.weighting == "uniform" else \
@@ -341,25 +355,71 @@ class CEFedGNN(Algorithm):
         self.global_model.load_state_dict(new)
         self.global_G = ch.aggregate("grad_estimator", weighted_average(Gs, weights), len(Gs), r)
         self._route(r)
+        if p.aia_targets and r == self.ctx.cfg.rounds:
+            self.ctx.record("attack_aia", self.attribute_inference())
         return {"loss": sum(losses) / len(losses) if losses else float("nan")}
+
+    def attribute_inference(self) -> dict:
+        """Spec §3.5: reconstruct boundary nodes' raw features from their released layer-1 embedding
+        (as the receiving clients got it, i.e. after the privacy mechanism), knowing the model and the
+        target's neighbourhood. Node tasks with informative features only."""
+        from fgx.privacy.attacks import nearest_percent_baseline, reconstruct_features
+
+        p = self.params
+        if self.task != "node" or 1 not in self.share or self.buffer[1] is None:
+            return {"skipped": "needs a node task with layer 1 shared"}
+        model = self.global_model
+        model.eval()
+        g = torch.Generator().manual_seed(self.ctx.seed)
+        cands = [(c, int(v)) for c in self.clients for v in c.boundary.tolist()
+                 if self.buffer_has[1][int(c.view.global_ids[v])]]
+        pick = torch.randperm(len(cands), generator=g)[:p.aia_targets].tolist()
+        errs, targets = [], []
+        x_all = self.ctx.global_data.x
+        for i in pick:
+            c, v = cands[i]
+            gid = int(c.view.global_ids[v])
+            released = self.buffer[1][gid]
+            x_local = c.view.x[:c.n_own]
+            ei = c.layer_edges[0]
+            neigh = ei[0, ei[1] == v]
+            init = x_local[neigh].mean(0) if neigh.numel() else torch.zeros_like(x_local[v])
+
+            def embed(xv, c=c, v=v, x_local=x_local, ei=ei):
+                x = x_local.clone()
+                x[v] = xv
+                pre, _ = model.layer(0, x, None, ei)
+                h = model.activate(0, pre)[v]
+                return h / h.norm().clamp(min=1e-12) if getattr(self.ctx.privacy.params, "embedding_norm", None) \
+                    == "normalize" else h
+
+            with torch.enable_grad():
+                rec = reconstruct_features(embed, released, init, p.aia_steps, p.aia_lr)
+            errs.append(float((rec - x_local[v]).pow(2).mean()))
+            targets.append(gid)
+        if not errs:
+            return {"skipped": "no boundary node has a shared embedding"}
+        base = nearest_percent_baseline(x_all, torch.tensor(targets), 1.0)
+        return {"targets": len(errs), "mse": sum(errs) / len(errs), "baseline_nn1pct_mse": base,
+                "mse_above_baseline": sum(errs) / len(errs) > base}
 
     def _route(self, r: int) -> None:
         """Send each client the latest shared embedding of every halo node it has one for."""
         for c in self.clients:
             if c.halo_global.numel() == 0:
                 continue
-            for layer, store in self.buffer.items():
-                have = [i for i, g in enumerate(c.halo_global.tolist()) if g in store]
-                if not have:
+            for layer, values in self.buffer.items():
+                if values is None:
                     continue
-                idx = torch.tensor(have)
-                vals = torch.stack([store[g] for g in c.halo_global[idx].tolist()])
-                got = self.ctx.channel.send("embeddings_routed", {"ids": c.halo_global[idx], "values": vals},
+                idx = self.buffer_has[layer][c.halo_global].nonzero().view(-1)
+                if idx.numel() == 0:
+                    continue
+                ids = c.halo_global[idx]
+                got = self.ctx.channel.send("embeddings_routed", {"ids": ids, "values": values[ids]},
                                             src="server", dst=c.cid, round=r)
                 cur = c.remote.get(layer)
-                if cur is None:
-                    cur = torch.zeros(c.halo_global.numel(), vals.size(-1), device=self.ctx.device)
-                cur = cur.clone()
+                cur = torch.zeros(c.halo_global.numel(), values.size(-1), device=self.ctx.device) \
+                    if cur is None else cur.clone()
                 cur[idx.to(cur.device)] = got["values"].to(cur.device)
                 c.remote[layer] = cur
 
@@ -383,14 +443,14 @@ class CEFedGNN(Algorithm):
         as the server holds them: input to the metric-DP ρ estimate."""
         if not self.share:
             return None
-        store = self.buffer[max(self.share)]
-        return torch.stack(list(store.values())) if store else None
+        layer = max(self.share)
+        if self.buffer[layer] is None:
+            return None
+        return self.buffer[layer][self.buffer_has[layer]]
 
     def state_dict(self) -> dict:
         return {"global": self.global_model.state_dict(), "G": self.global_G,
-                "buffer": {str(l): {"ids": torch.tensor(list(s.keys()), dtype=torch.long),
-                                    "values": torch.stack(list(s.values())) if s else torch.zeros(0)}
-                           for l, s in self.buffer.items()},
+                "buffer": {str(l): {"values": v, "has": self.buffer_has[l]} for l, v in self.buffer.items()},
                 "clients": [{"hbar": [h for h in c.hbar], "hbar_init": [h for h in c.hbar_init],
                              "remote": {str(k): v for k, v in c.remote.items()},
                              "G": c.G, "opt": c.optimizer.state_dict()} for c in self.clients]}
@@ -398,8 +458,8 @@ class CEFedGNN(Algorithm):
     def load_state_dict(self, state: dict) -> None:
         self.global_model.load_state_dict(state["global"])
         self.global_G = state["G"]
-        for l, s in state["buffer"].items():
-            self.buffer[int(l)] = {int(i): v for i, v in zip(s["ids"].tolist(), s["values"])}
+        for l, b in state["buffer"].items():
+            self.buffer[int(l)], self.buffer_has[int(l)] = b["values"], b["has"]
         for c, cs in zip(self.clients, state["clients"]):
             c.hbar, c.hbar_init = list(cs["hbar"]), list(cs["hbar_init"])
             c.remote = {int(k): v for k, v in cs["remote"].items()}

@@ -1,0 +1,1 @@
+"""AMLworld-format transaction data: generator, CSV reader, features, splits."""

@@ -1,0 +1,53 @@
+"""Generated CSVs cached on disk by (preset, scale, seed), written atomically."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from fgx.data.aml.csv_io import write_csv_atomic
+from fgx.data.aml.generator import generate, to_frame
+from fgx.data.aml.presets import get_preset
+from fgx.data.aml.schema import TYPOLOGIES
+
+TRANS_FILE = "Trans.csv"
+PATTERNS_FILE = "Patterns.csv"   # sidecar: typology and pattern id of each laundering row
+
+
+def cache_dir(root: Path, preset: str, scale: float, seed: int) -> Path:
+    return Path(root) / "aml_synth" / f"{preset.removeprefix('aml_')}-scale{scale:g}-seed{seed}"
+
+
+def generate_csv(out_dir: Path, preset: str, scale: float, seed: int, cross_bank_rate: float | None = None
+                 ) -> tuple[Path, bool]:
+    """Path of the CSV for (preset, scale, seed) under ``out_dir``; generated unless already there.
+    Returns (path, cache_hit)."""
+    path = Path(out_dir) / TRANS_FILE
+    if path.is_file() and (Path(out_dir) / PATTERNS_FILE).is_file():
+        return path, True
+    p = get_preset(preset)
+    if cross_bank_rate is not None:
+        from dataclasses import replace
+        p = replace(p, cross_bank_rate=cross_bank_rate)
+    tx = generate(p, scale, seed)
+    launder = tx.typology >= 0
+    sidecar = pd.DataFrame({"row": launder.nonzero()[0], "pattern": tx.pattern[launder],
+                            "typology": pd.Categorical.from_codes(tx.typology[launder], TYPOLOGIES)})
+    _write_sidecar(sidecar, Path(out_dir) / PATTERNS_FILE)
+    write_csv_atomic(to_frame(tx), path)
+    return path, False
+
+
+def _write_sidecar(frame: pd.DataFrame, path: Path) -> None:
+    import os
+    import tempfile
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    frame.to_csv(tmp, index=False)
+    os.replace(tmp, path)
+
+
+def read_patterns(csv_path: Path) -> pd.DataFrame | None:
+    side = Path(csv_path).parent / PATTERNS_FILE
+    return pd.read_csv(side) if side.is_file() else None

@@ -31,6 +31,8 @@ class AmlParams:
     split_days: list[int] | None = field(default=None, metadata=spec(
         help="[train_lo, train_hi, val_lo, val_hi, test_lo, test_hi]; null: the preset's (paper) days"))
     ports: bool = True
+    timestamp_feature: bool = field(default=True, metadata=spec(
+        help="the transaction time as an edge feature (Multi-GNN); test days lie outside the training range"))
     time_deltas: bool = False
     cross_bank_rate: float | None = field(default=None, metadata=spec(
         min=0.0, max=1.0, help="generated: chance a pattern member comes from any bank; null: preset's"))
@@ -92,7 +94,7 @@ def load(p: AmlParams, env: DataEnv, name: str, generated_only: bool) -> GraphDa
     env.log.info("AML data: %s CSV %s (%s)", source, path, "cache hit" if hit else "generated now")
     df = read_transactions(path)
     masks = split_masks(p, df)
-    data, names = to_graph(df, masks, p.ports, p.time_deltas)
+    data, names = to_graph(df, masks, p.ports, p.time_deltas, p.timestamp_feature)
     y = data.edge_y
     extra = {"preset": p.preset, "file": str(path), "cache_hit": hit, "split": p.split,
              "edge_features": names, "illicit_ratio": float(y.float().mean()),

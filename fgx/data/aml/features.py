@@ -60,13 +60,15 @@ def time_deltas(center: np.ndarray, time: np.ndarray) -> np.ndarray:
 
 
 def edge_features(df: pd.DataFrame, src: np.ndarray, dst: np.ndarray, use_ports: bool,
-                  use_time_deltas: bool) -> tuple[np.ndarray, list[str]]:
+                  use_time_deltas: bool, use_timestamp: bool = True) -> tuple[np.ndarray, list[str]]:
     seconds = (df["Timestamp"].astype("int64").to_numpy() // 10**9).astype(np.int64)
     t = seconds - seconds.min()
     cols = [t.astype(np.float64), np.log1p(df["Amount Received"].to_numpy(np.float64)),
             pd.Categorical(df["Receiving Currency"], categories=CURRENCIES).codes.astype(np.float64),
             pd.Categorical(df["Payment Format"], categories=PAYMENT_FORMATS).codes.astype(np.float64)]
     names = list(BASE_FEATURES)
+    if not use_timestamp:
+        cols, names = cols[1:], names[1:]
     if use_ports:
         cols += [ports(dst, src, t).astype(np.float64), ports(src, dst, t).astype(np.float64)]
         names += PORT_FEATURES
@@ -84,12 +86,13 @@ def znorm_with_train(attr: np.ndarray, train: np.ndarray) -> tuple[np.ndarray, n
     return (attr - mean) / std, mean, std
 
 
-def to_graph(df: pd.DataFrame, masks: tuple, use_ports: bool = True, use_time_deltas: bool = False):
+def to_graph(df: pd.DataFrame, masks: tuple, use_ports: bool = True, use_time_deltas: bool = False,
+             use_timestamp: bool = True):
     """PyG Data for the edge task, plus the edge-feature names."""
     from torch_geometric.data import Data
 
     src, dst, bank = node_ids(df)
-    attr, names = edge_features(df, src, dst, use_ports, use_time_deltas)
+    attr, names = edge_features(df, src, dst, use_ports, use_time_deltas, use_timestamp)
     attr, _, _ = znorm_with_train(attr, masks[0])
     n = bank.size
     data = Data(x=torch.ones(n, 1), edge_index=torch.from_numpy(np.stack([src, dst])),

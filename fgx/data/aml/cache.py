@@ -10,12 +10,14 @@ from fgx.data.aml.generator import generate, to_frame
 from fgx.data.aml.presets import get_preset
 from fgx.data.aml.schema import TYPOLOGIES
 
+# bump when the generator's output changes for the same (preset, scale, seed): old caches are ignored
+GENERATOR_VERSION = 2
 TRANS_FILE = "Trans.csv"
 PATTERNS_FILE = "Patterns.csv"   # sidecar: typology and pattern id of each laundering row
 
 
 def cache_dir(root: Path, preset: str, scale: float, seed: int) -> Path:
-    return Path(root) / "aml_synth" / f"{preset.removeprefix('aml_')}-scale{scale:g}-seed{seed}"
+    return Path(root) / "aml_synth" / f"{preset.removeprefix('aml_')}-scale{scale:g}-seed{seed}-v{GENERATOR_VERSION}"
 
 
 def generate_csv(out_dir: Path, preset: str, scale: float, seed: int, cross_bank_rate: float | None = None

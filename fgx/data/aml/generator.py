@@ -123,10 +123,18 @@ def _background(rng, n, days, activity, company, acc_bank, bank_start):
     anywhere = mode >= 0.8
     dst[anywhere] = _weighted_pick(rng, cum, np.zeros(int(anywhere.sum())), np.full(int(anywhere.sum()), cum[-1]))
 
-    is_co = company[src]
-    fmt = np.where(is_co, _categorical(rng, FORMAT_P_COMPANY, n), _categorical(rng, FORMAT_P_INDIVIDUAL, n))
     self_tx = rng.random(n) < 0.02      # reinvestment: an account paying itself
     dst[self_tx] = src[self_tx]
+    # every account transacts at least once (Table 3 counts accounts that appear in the data):
+    # accounts no draw reached become the payee of as many random transactions
+    seen = np.zeros(n_acc, dtype=bool)
+    seen[src] = seen[dst] = True
+    idle = np.flatnonzero(~seen)
+    if 0 < idle.size < n // 2:
+        slots = rng.choice(np.flatnonzero(~self_tx), size=idle.size, replace=False)
+        dst[slots] = idle
+    is_co = company[src]
+    fmt = np.where(is_co, _categorical(rng, FORMAT_P_COMPANY, n), _categorical(rng, FORMAT_P_INDIVIDUAL, n))
     fmt[self_tx] = FMT["Reinvestment"]
     usd = _amounts_usd(rng, is_co, fmt)
     minute = _times(rng, n, days)

@@ -71,12 +71,22 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
             raise SystemExit(f"fgx: {e}{where}") from None
 
 
+DEFAULT_JOB = ["+experiment=default"]
+
+
+def with_default_job(argv: list[str]) -> list[str]:
+    """`fgx run` alone runs the embedded default job (conf/experiment/default.yaml); any argument
+    starts from conf/config.yaml's generic defaults instead."""
+    return list(DEFAULT_JOB) if not argv else argv
+
+
 def cmd_run(argv: list[str]) -> int:
     import hydra
     from hydra.core.hydra_config import HydraConfig
 
     passthrough = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--resolve", "--package", "-p",
                    "--shell-completion", "-sc"}
+    argv = with_default_job(argv)
     multirun = "-m" in argv or "--multirun" in argv
     FAILED_JOBS.clear()
     if not passthrough.intersection(argv):
@@ -120,7 +130,8 @@ def _print_summary(summary: dict) -> None:
     console.print(t)
     priv = summary.get("privacy") or {}
     if priv.get("mechanism") not in (None, "none"):
-        console.print("privacy: " + ", ".join(f"{k}={v}" for k, v in priv.items()))
+        console.print("privacy: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                                              for k, v in priv.items()))
     console.print(f"wall time {summary['wall_time_s']:.1f}s, peak RSS {summary['peak_rss_mb']:.0f} MB, "
                   f"{summary['total_bytes'] / 1e6:.2f} MB communicated")
     console.print(f"run directory: {summary['run_dir']}")

@@ -105,3 +105,13 @@ def test_cli_config_errors_are_fast_and_leave_no_run_dir(tmp_path, override, nee
     assert out.returncode != 0
     assert needle in out.stderr and ("allowed" in out.stderr or "Available options" in out.stderr)
     assert not (tmp_path / "outputs").exists()
+
+
+def test_bare_fgx_run_is_the_embedded_default_job():
+    from fgx.cli import with_default_job
+    job = with_default_job([])
+    v = validate(compose(job))
+    assert v.names["algorithm"] == "ce_fedgnn" and v.names["privacy"] == "metric_dp"
+    assert v.entries["dataset"].meta["task"] == "edge"
+    assert with_default_job(["algorithm=fedavg"]) == ["algorithm=fedavg"]
+    assert validate(compose([])).names["algorithm"] == "fedavg"   # overrides start from generic defaults

@@ -64,14 +64,15 @@ def _load(args):
         overrides = ["dataset=aml_hi_small", f"dataset.path={args.dataset}", "dataset.source=real"]
     else:
         overrides = [f"dataset={args.dataset}"]
+    name = OmegaConf.select(compose(overrides), "dataset.name")
+    if name not in ("aml", "aml_synth"):
+        raise SystemExit(f"fgx data stats: {args.dataset} is dataset '{name}', not an AML dataset")
     cfg = compose(overrides + ["partitioner=by_bank", "model=gine", "algorithm=fedavg"] + list(args.overrides))
     try:
         v = validate(cfg)
     except ConfigError as e:
         raise SystemExit(f"fgx data stats: {e}") from None
     name = v.names["dataset"]
-    if name not in ("aml", "aml_synth"):
-        raise SystemExit(f"fgx data stats: {args.dataset} is dataset '{name}', not an AML dataset")
     data_dir = Path(OmegaConf.select(cfg, "data_dir") or default_data_dir()).expanduser()
     ds = DATASETS.get(name).obj(v.params["dataset"], DataEnv(data_dir, v.top.seed, log))
     return ds, v

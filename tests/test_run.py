@@ -111,3 +111,14 @@ def test_cora_louvain_fedavg_reaches_075(run_fgx, data_root):
                 "algorithm=fedavg", "model=gcn")
     s = json.loads((d / "summary.json").read_text())
     assert s["final"]["accuracy"] >= 0.75
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["dataset=aml_tiny", "partitioner=by_bank", "partitioner.num_clients=2", "model=gine", "model.hidden=8"],
+])
+def test_minibatches_from_the_sampler(run_fgx, tiny_cfg, extra):
+    base = tiny_cfg if not extra else ["rounds=2", "eval_every=2"]
+    d = run_fgx(*base, *extra, "rounds=2", "eval_every=2", "algorithm.batch_size=32",
+                "algorithm.fanouts=[5,5]", "algorithm.local_steps=2")
+    assert json.loads((d / "summary.json").read_text())["status"] == "completed"

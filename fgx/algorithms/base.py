@@ -28,6 +28,9 @@ class LocalTrainParams:
     batch_size: int | None = field(default=None, metadata=spec(min=1, help="training items per step; null: all"))
     class_weighted: bool | None = field(default=None, metadata=spec(
         help="class-weighted cross-entropy; null: on for edge tasks (imbalanced AML)"))
+    fanouts: list[int] | None = field(default=None, metadata=spec(
+        help="with batch_size: run each step on fgx's sampled L-hop subgraph of the seed batch "
+             "(e.g. [10, 10]; -1 = all neighbours); null: the whole client graph"))
 
 
 class Algorithm:
@@ -133,20 +136,52 @@ def supervised_loss(state: ClientState, batch: torch.Tensor | None = None, extra
     return loss
 
 
+def sampled_loss(state: ClientState, seeds: torch.Tensor, fanouts: list[int], generator, extra_loss=None):
+    """Cross-entropy on seed items, computed on fgx's sampled neighbourhood of the seeds only."""
+    from fgx.sampler import NeighborSampler, sample_view
+
+    view = state.view
+    sampler = state.extra.get("sampler")
+    if sampler is None:
+        sampler = NeighborSampler(view.edge_index.cpu(), view.num_nodes, fanouts, direction="in")
+        state.extra["sampler"] = sampler
+    if state.task == "edge":
+        sample = sampler.sample_edges(seeds.cpu(), generator)
+        sub = sample_view(view, sample).to(view.x.device)
+        out = state.model(sub)[: sample.num_seed_edges]
+        y = sub.edge_y[: sample.num_seed_edges]
+    else:
+        sample = sampler.sample_nodes(seeds.cpu(), generator)
+        sub = sample_view(view, sample).to(view.x.device)
+        out = state.model(sub)[: sample.num_seed_nodes]
+        y = sub.y[: sample.num_seed_nodes]
+    loss = nn.functional.cross_entropy(out, y, weight=state.loss_weight)
+    if extra_loss is not None:
+        loss = loss + extra_loss(state)
+    return loss
+
+
 def train_steps(state: ClientState, steps: int, batch_size: int | None, generator: torch.Generator,
-                extra_loss=None) -> float:
-    """``steps`` optimiser steps on the client's training items; returns the mean loss."""
+                extra_loss=None, fanouts: list[int] | None = None) -> float:
+    """``steps`` optimiser steps on the client's training items; returns the mean loss. With
+    ``fanouts`` and a batch size, each step runs on the sampled subgraph of its seed batch."""
     state.model.train()
     n = num_train_items(state)
     if n == 0:
         return float("nan")
     total = 0.0
+    train_ids = None
     for _ in range(steps):
         batch = None
         if batch_size is not None and batch_size < n:
             batch = torch.randperm(n, generator=generator)[:batch_size].to(state.view.x.device)
         state.optimizer.zero_grad()
-        loss = supervised_loss(state, batch, extra_loss)
+        if fanouts and batch is not None:
+            if train_ids is None:
+                train_ids = targets(state.view, state.task, "train")[0].nonzero().view(-1)
+            loss = sampled_loss(state, train_ids[batch], fanouts, generator, extra_loss)
+        else:
+            loss = supervised_loss(state, batch, extra_loss)
         loss.backward()
         state.optimizer.step()
         total += float(loss.detach())

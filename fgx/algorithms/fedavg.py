@@ -24,7 +24,7 @@ def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: 
     Module-level (not a closure) so that any executor can ship it to where the client lives."""
     state.model.load_state_dict(global_weights)
     g = torch.Generator().manual_seed(round_seed + state.cid)
-    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, state.extra.get("extra_loss"))
+    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, state.extra.get("extra_loss"), p.fanouts)
     new = state.model.state_dict()
     delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in new}
     return delta, loss

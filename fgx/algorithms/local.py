@@ -10,7 +10,7 @@ from fgx.registry import ALGORITHMS
 
 def local_round(state, p: LocalTrainParams, round_seed: int) -> float:
     g = torch.Generator().manual_seed(round_seed + state.cid)
-    return train_steps(state, steps_per_round(state, p), p.batch_size, g)
+    return train_steps(state, steps_per_round(state, p), p.batch_size, g, fanouts=p.fanouts)
 
 
 @ALGORITHMS.register("local", params=LocalTrainParams, tasks=("node", "edge"))

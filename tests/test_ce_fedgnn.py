@@ -158,3 +158,19 @@ def test_attribute_inference_attack_is_hurt_by_noise(run_fgx):
     assert clean["targets"] == noisy["targets"] == 8
     assert clean["baseline_nn1pct_mse"] == pytest.approx(noisy["baseline_nn1pct_mse"])
     assert noisy["mse"] > clean["mse"]
+
+
+@pytest.mark.parametrize("extra", [
+    [],
+    ["dataset=aml_tiny", "partitioner=by_bank", "partitioner.num_clients=2", "model=gine", "model.hidden=8",
+     "algorithm.remote_layer0=raw", "dataset.num_nodes=null"],
+])
+def test_ce_fedgnn_on_sampled_subgraphs(run_fgx, extra):
+    args = [a for a in TINY_CE if not (extra and a.split("=")[0] in ("dataset", "dataset.num_nodes",
+                                                                       "dataset.num_features", "partitioner",
+                                                                       "partitioner.num_clients", "model.hidden"))]
+    extra = [a for a in extra if a != "dataset.num_nodes=null"]
+    d = run_fgx(*args, *extra, "algorithm.fanouts=[5,5]")
+    comm = json.loads((d / "comm.json").read_text())
+    assert json.loads((d / "summary.json").read_text())["status"] == "completed"
+    assert comm["totals"]["embeddings"] > 0

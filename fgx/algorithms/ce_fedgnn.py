@@ -39,6 +39,9 @@ class CEFedGNNParams:
         min=0, help="1-based layers whose boundary embeddings are shared; null: those the task needs"))
     remote_layer0: str = field(default="drop", metadata=spec(
         choices=["drop", "zeros", "raw"], help="a remote neighbour's layer-0 input (raw needs public features)"))
+    fanouts: list[int] | None = field(default=None, metadata=spec(
+        help="per-hop fanouts of fgx's neighbour sampler (paper: [10, 10] citation, [100, 100] AML); "
+             "null: each step runs on the whole client graph"))
     grad_through_ma: str = field(default="straight_through", metadata=spec(choices=["straight_through", "scaled"]))
     ma_init: str = field(default="first", metadata=spec(choices=["first", "zeros"]))
     grad_init: str = field(default="zeros", metadata=spec(choices=["zeros", "first"]))
@@ -71,61 +74,91 @@ class CEClient:
     task: str
     owned_mp_edges: torch.Tensor    # internal edges for neighbourhood expansion
     layer0_owned_only: bool = False
+    layer_uses_cross: list = None   # per layer: do messages from halo nodes enter it?
+    sampler: object = None          # fgx.sampler.NeighborSampler over the client graph (fanouts set)
 
 
-def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, train: bool, share_depth: int):
-    """Layer-by-layer forward. ``update``: owned nodes whose moving averages this step updates
-    (None: evaluation, fresh values, no state change)."""
-    model, L = c.model, c.model.num_layers
-    s = model.encode(c.view)
+def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.Tensor,
+        ids: torch.Tensor) -> torch.Tensor:
+    """Eq. 5 for the owned nodes ``ids`` (rows of ``fresh``): nodes in ``upd`` move their average
+    towards the fresh value; the others keep their last average (a constant, no gradient)."""
+    # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of its
+    # last update; "none" keeps the local estimators and only stops the exchange
+    gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
+    if c.hbar[i] is None:
+        c.hbar[i] = torch.zeros(c.n_own, *fresh.shape[1:], dtype=fresh.dtype, device=fresh.device)
+        c.hbar_init[i] = torch.zeros(c.n_own, dtype=torch.bool, device=fresh.device)
+    old = c.hbar[i][ids]
+    if p.ma_init == "first":
+        old = torch.where(c.hbar_init[i][ids].unsqueeze(-1), old, fresh.detach())
+    m = upd.unsqueeze(-1)
+    new = torch.where(m, (1 - gamma) * old + gamma * fresh.detach(), old)
+    if p.grad_through_ma == "straight_through":
+        used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
+    else:
+        used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
+    hbar = c.hbar[i].clone()
+    hbar[ids] = new
+    c.hbar[i] = hbar
+    c.hbar_init[i][ids[upd]] = True
+    c.updated[ids[upd]] = True
+    return used
+
+
+def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, sample=None):
+    """Layer-by-layer forward on the client's whole graph (``sample`` None) or on a sampled
+    subgraph (fgx.sampler, expansion stopped at halo nodes). ``update``: owned nodes whose moving
+    averages this step updates (full graph); with a sample, a node at hop h updates layers up to
+    L-h-1 (those whose sampled neighbourhood is complete). ``update`` None and no sample:
+    evaluation, fresh values, no state change. Returns (outputs, the view they are over)."""
+    model, L, n_own = c.model, c.model.num_layers, c.n_own
+    dev = c.view.x.device
+    if sample is None:
+        view, edges = c.view, c.layer_edges
+        n_rows = view.num_nodes
+        own_pos = torch.arange(n_own, device=dev)
+        halo_pos = torch.arange(n_own, n_rows, device=dev)
+        own_ids, halo_ids = own_pos, halo_pos - n_own
+        upd_layers = None if update is None else [update] * L
+    else:
+        from fgx.sampler import sample_view
+
+        view = sample_view(c.view, sample).to(dev)
+        nodes = sample.nodes.to(dev)
+        n_rows = nodes.numel()
+        owned = nodes < n_own
+        own_pos, halo_pos = owned.nonzero().view(-1), (~owned).nonzero().view(-1)
+        own_ids, halo_ids = nodes[own_pos], nodes[halo_pos] - n_own
+        ei = view.edge_index
+        internal = owned[ei[0]] & owned[ei[1]]
+        edges = [ei if c.layer_uses_cross[i] else ei[:, internal] for i in range(L)]
+        hop = sample.hop.to(dev)[own_pos]
+        upd_layers = [hop <= L - 1 - i for i in range(L)]
+    s = model.encode(view)
     h, e = s["h"], s["e"]
-    n_own = c.n_own
-    h = _with_halo(c, h, 0, p)
-    if c.layer0_owned_only:
+    if p.remote_layer0 != "raw" and halo_pos.numel():
+        h = h.clone()
+        h[halo_pos] = 0
+    if sample is None and c.layer0_owned_only:
         h = h[:n_own]      # layer 0 sees no halo node: skip their rows (identical result, less work)
     for i in range(L):
-        pre, e = model.layer(i, h, e, c.layer_edges[i])
-        fresh = pre[:n_own]
-        # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of
-        # its last update; "none" keeps the local estimators and only stops the exchange
-        gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
-        if update is None:
-            used = fresh
-        else:
-            old = c.hbar[i]
-            if old is None:
-                old = fresh.detach().clone() if p.ma_init == "first" else torch.zeros_like(fresh.detach())
-                c.hbar_init[i] = torch.zeros(n_own, dtype=torch.bool, device=fresh.device)
-            elif p.ma_init == "first":
-                first = update & ~c.hbar_init[i]
-                old = old.clone()
-                old[first] = fresh.detach()[first]
-            m = update.unsqueeze(-1).to(fresh.dtype)
-            new = torch.where(m.bool(), (1 - gamma) * old + gamma * fresh.detach(), old)
-            if p.grad_through_ma == "straight_through":
-                used = new + (fresh - fresh.detach()) * m
-            else:
-                used = torch.where(m.bool(), (1 - gamma) * old + gamma * fresh, old)
-            c.hbar[i] = new
-            c.hbar_init[i] = c.hbar_init[i] | update
+        pre, e = model.layer(i, h, e, edges[i])
+        fresh = pre[own_pos]
+        used = fresh if upd_layers is None else _ma(c, p, i, fresh, upd_layers[i], own_ids)
         h_own = model.activate(i, used)
-        h = torch.cat([h_own, _halo_rows(c, i + 1, h_own, p)], 0)
-    return model.head(h, e, c.view.edge_index, c.view)
+        halo = _halo_rows(c, i + 1, h_own, p, halo_ids)
+        if sample is None:
+            h = torch.cat([h_own, halo], 0)
+        else:
+            h = torch.zeros(n_rows, *h_own.shape[1:], dtype=h_own.dtype, device=dev)
+            h = h.index_put((own_pos,), h_own).index_put((halo_pos,), halo)
+    return model.head(h, e, view.edge_index, view), view
 
 
-def _halo_rows(c: CEClient, layer: int, like: torch.Tensor, p: CEFedGNNParams) -> torch.Tensor:
-    n_halo = c.halo_global.numel()
+def _halo_rows(c: CEClient, layer: int, like: torch.Tensor, p: CEFedGNNParams, halo_ids: torch.Tensor) -> torch.Tensor:
     if p.embedding_sharing != "none" and layer in c.remote:
-        return c.remote[layer]
-    return torch.zeros(n_halo, *like.shape[1:], dtype=like.dtype, device=like.device)
-
-
-def _with_halo(c: CEClient, h0: torch.Tensor, layer: int, p: CEFedGNNParams) -> torch.Tensor:
-    if p.remote_layer0 == "raw" or c.halo_global.numel() == 0:
-        return h0        # halo rows already hold the raw (public) features received at setup
-    h0 = h0.clone()
-    h0[c.n_own:] = 0
-    return h0
+        return c.remote[layer][halo_ids]
+    return torch.zeros(halo_ids.numel(), *like.shape[1:], dtype=like.dtype, device=like.device)
 
 
 def _sample_update_set(c: CEClient, p: CEFedGNNParams, batch_items: torch.Tensor | None, L: int) -> torch.Tensor:
@@ -174,15 +207,23 @@ def local_round(c: CEClient, p: CEFedGNNParams, global_state: dict, global_G: di
         else:
             pick = torch.arange(train_ids.numel(), device=train_ids.device)
         items = train_ids[pick]
-        upd = _sample_update_set(c, p, items if p.batch_size is not None else None, L)
-        c.updated |= upd
-        out = _forward(c, p, upd, True, L)
-        logits, yb = out[items], y[pick]
+        if p.fanouts and p.batch_size is not None:
+            sample = (c.sampler.sample_edges if c.task == "edge" else c.sampler.sample_nodes)(items.cpu(), g)
+            out, sub = _forward(c, p, None, sample)
+            n_seed = sample.num_seed_edges if c.task == "edge" else sample.num_seed_nodes
+            logits = out[:n_seed]
+            seed_items = sample.edge_ids[:n_seed] if c.task == "edge" else sample.nodes[:n_seed]
+            seed_items = seed_items.to(items.device)
+            yb = (c.view.edge_y if c.task == "edge" else c.view.y)[seed_items]
+        else:
+            upd = _sample_update_set(c, p, items if p.batch_size is not None else None, L)
+            out, _ = _forward(c, p, upd)
+            logits, yb, seed_items = out[items], y[pick], items
         per = nn.functional.cross_entropy(logits, yb, weight=c.loss_weight, reduction="none")
         w = c.loss_weight[yb] if c.loss_weight is not None else torch.ones_like(per)
         if c.item_weight is not None:
-            w = w * c.item_weight[items]
-            per = per * c.item_weight[items]
+            w = w * c.item_weight[seed_items]
+            per = per * c.item_weight[seed_items]
         loss = per.sum() / w.sum().clamp(min=1e-12)
         c.optimizer.zero_grad()
         loss.backward()
@@ -275,6 +316,7 @@ class CEFedGNN(Algorithm):
             view = local_view(client, "edge", include_cross=True)
             mp = view.edge_index
             layer_edges = [mp] * self.global_model.num_layers
+            uses_cross = [True] * self.global_model.num_layers
             owned_mp = d.edge_index
         else:
             view = local_view(client, "node", include_cross=True)
@@ -283,10 +325,11 @@ class CEFedGNN(Algorithm):
             internal = d.edge_index
             with_cross = torch.cat([internal, into_owned], 1)
             keep_cross = p.embedding_sharing != "none"
-            layer_edges = []
+            layer_edges, uses_cross = [], []
             for i in range(self.global_model.num_layers):
                 use = keep_cross and (i > 0 or p.remote_layer0 != "drop")
                 layer_edges.append(with_cross if use else internal)
+                uses_cross.append(use)
             view.edge_index = layer_edges[-1]
             owned_mp = internal
         view.global_ids = torch.cat([client.nodes, client.halo])
@@ -308,6 +351,13 @@ class CEFedGNN(Algorithm):
                 mine = (gid * 2654435761 + ctx.seed) % 2 == (lower == view.global_ids[view.edge_index[0]]).long()
                 item_w[view.is_cross & ~mine] = 0.0
         opt = torch.optim.Adam(model.parameters(), lr=p.lr)
+        sampler = None
+        if p.fanouts:
+            from fgx.sampler import NeighborSampler
+            halo_local = torch.arange(n_own, view.num_nodes)
+            # messages flow into a node along its in-edges; expansion stops at remote (halo) nodes
+            sampler = NeighborSampler(view.edge_index, view.num_nodes, list(p.fanouts), direction="in",
+                                      stop_at=halo_local)
         layer0_owned_only = self.task == "node" and bool(
             (layer_edges[0].numel() == 0) or int(layer_edges[0].max()) < n_own)
         dev = ctx.device
@@ -318,7 +368,8 @@ class CEFedGNN(Algorithm):
                         G={k: torch.zeros_like(v) for k, v in model.named_parameters()}, optimizer=opt,
                         loss_weight=None if lw is None else lw.to(dev),
                         item_weight=None if item_w is None else item_w.to(dev), task=self.task,
-                        owned_mp_edges=owned_mp.to(dev), layer0_owned_only=layer0_owned_only)
+                        owned_mp_edges=owned_mp.to(dev), layer0_owned_only=layer0_owned_only,
+                        layer_uses_cross=uses_cross, sampler=sampler)
 
     def _send_raw_features(self) -> None:
         """remote_layer0=raw: the server routes each halo node's (public) features once."""
@@ -431,7 +482,7 @@ class CEFedGNN(Algorithm):
         c.model.load_state_dict(self.global_model.state_dict())
         c.model.eval()
         with torch.no_grad():
-            scores = _forward(c, self.params, None, False, c.model.num_layers)
+            scores, _ = _forward(c, self.params, None)
         out = {}
         for split in SPLITS:
             mask, y = targets(c.view, self.task, split)

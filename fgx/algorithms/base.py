@@ -28,6 +28,8 @@ class LocalTrainParams:
     batch_size: int | None = field(default=None, metadata=spec(min=1, help="training items per step; null: all"))
     class_weighted: bool | None = field(default=None, metadata=spec(
         help="class-weighted cross-entropy; null: on for edge tasks (imbalanced AML)"))
+    class_weights: list[float] | None = field(default=None, metadata=spec(
+        gt=0.0, help="explicit cross-entropy class weights (e.g. Multi-GNN's [1.0, 6.275]); overrides class_weighted"))
     fanouts: list[int] | None = field(default=None, metadata=spec(
         help="with batch_size: run each step on fgx's sampled L-hop subgraph of the seed batch "
              "(e.g. [10, 10]; -1 = all neighbours); null: the whole client graph"))
@@ -105,7 +107,12 @@ def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:
     task = ctx.info.task
     weight = None
     weighted = p.class_weighted if p.class_weighted is not None else task == "edge"
-    if weighted:
+    if getattr(p, "class_weights", None):
+        if len(p.class_weights) != ctx.out_dim:
+            from fgx.config import ConfigError
+            raise ConfigError("algorithm.class_weights", p.class_weights, f"a list of {ctx.out_dim} weights")
+        weight = torch.tensor(p.class_weights, dtype=torch.float, device=ctx.device)
+    elif weighted:
         _, y = targets(view, task, "train")
         weight = class_weights(y.cpu(), ctx.out_dim).to(ctx.device)
     return ClientState(client.cid, view, model, make_optimizer(model, p), task, weight)

@@ -47,6 +47,8 @@ class CEFedGNNParams:
     grad_init: str = field(default="zeros", metadata=spec(choices=["zeros", "first"]))
     cross_edge_weight: str = field(default="half", metadata=spec(choices=["half", "full", "owner"]))
     class_weighted: bool | None = None
+    class_weights: list[float] | None = field(default=None, metadata=spec(
+        gt=0.0, help="explicit cross-entropy class weights (Multi-GNN: gine [1.0, 6.275], pna [1.0, 7.078])"))
     weighting: str = field(default="uniform", metadata=spec(choices=["uniform", "train_items"]))
     aia_targets: int = field(default=0, metadata=spec(
         min=0, help="after the last round, run the attribute-inference attack on this many boundary nodes"))
@@ -339,6 +341,10 @@ class CEFedGNN(Algorithm):
         weighted = p.class_weighted if p.class_weighted is not None else self.task == "edge"
         mask, y = targets(view, self.task, "train")
         lw = class_weights(y, ctx.out_dim) if weighted and y.numel() else None
+        if p.class_weights:
+            if len(p.class_weights) != ctx.out_dim:
+                raise ConfigError("algorithm.class_weights", p.class_weights, f"a list of {ctx.out_dim} weights")
+            lw = torch.tensor(p.class_weights, dtype=torch.float)
         item_w = None
         if self.task == "edge":
             item_w = torch.ones(view.edge_index.size(1))

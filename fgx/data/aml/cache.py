@@ -11,7 +11,7 @@ from fgx.data.aml.presets import get_preset
 from fgx.data.aml.schema import TYPOLOGIES
 
 # bump when the generator's output changes for the same (preset, scale, seed): old caches are ignored
-GENERATOR_VERSION = 2
+GENERATOR_VERSION = 3
 TRANS_FILE = "Trans.csv"
 PATTERNS_FILE = "Patterns.csv"   # sidecar: typology and pattern id of each laundering row
 

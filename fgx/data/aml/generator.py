@@ -193,15 +193,17 @@ def _laundering(rng, n_edges, preset: AmlPreset, mules, acc_bank, bank_start, co
     mule_bank = acc_bank[mules]
     srcs, dsts, typs, pats, minutes = [], [], [], [], []
     total, pid = 0, 0
-    span_days = max(1, min(4, preset.days // 3))   # a pattern lasts up to this many days
+    span_days = max(1, min(3, preset.days // 4))   # a pattern lasts up to this many days
     while total < n_edges:
         t = int(rng.integers(0, len(TYPOLOGIES)))
         m, s, d = BUILDERS[TYPOLOGIES[t]](rng)
         members = _draw_members(rng, m, mules, mule_bank, bank_start, acc_bank, preset.cross_bank_rate)
         k = s.size
-        start = int(rng.integers(0, (preset.days - span_days) * 1440 + 1))
-        # hops happen in order over a few days
-        minute = start + np.sort(rng.integers(0, span_days * 1440, k))
+        # hops happen in order within the pattern's duration (an hour to span_days); durations vary so
+        # that the illicit share stays roughly flat over the days, including the first and last ones
+        span = int(rng.integers(60, span_days * 1440 + 1))
+        start = int(rng.integers(0, preset.days * 1440 - span + 1))
+        minute = start + np.sort(rng.integers(0, span, k))
         srcs.append(members[s]); dsts.append(members[d]); typs.append(np.full(k, t))
         pats.append(np.full(k, pid)); minutes.append(minute)
         total += k

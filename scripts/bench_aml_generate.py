@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from fgx.data.aml.csv_io import write_csv_atomic
-from fgx.data.aml.generator import generate, to_frame
+from fgx.data.aml.generator import generate, to_frames
 from fgx.data.aml.presets import get_preset
 
 
@@ -39,7 +39,7 @@ def main() -> int:
     t0 = time.perf_counter()
     tx = generate(p, a.scale, a.seed)
     t1 = time.perf_counter()
-    write_csv_atomic(to_frame(tx), a.out / "Trans.csv")
+    write_csv_atomic(to_frames(tx), a.out / "Trans.csv")
     t2 = time.perf_counter()
     n = len(tx)
     accounts = np.unique(np.concatenate([tx.from_account, tx.to_account])).size

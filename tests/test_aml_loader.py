@@ -158,3 +158,13 @@ def test_bad_timestamp_and_label(tmp_path):
     p = _write(tmp_path, "\n".join([HEADER, ROW, ROW[:-1] + "2"]) + "\n")
     with pytest.raises(DataError, match=r"line 3, column 'Is Laundering'"):
         read_transactions(p)
+
+
+def test_chunked_csv_write_equals_one_piece(tmp_path):
+    from fgx.data.aml.csv_io import write_csv_atomic
+    from fgx.data.aml.generator import to_frames
+
+    tx = generate(get_preset("tiny"), 0.2, 5)
+    write_csv_atomic(to_frames(tx, chunk=777), tmp_path / "chunked.csv")
+    write_csv_atomic(to_frame(tx), tmp_path / "whole.csv")
+    assert (tmp_path / "chunked.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()

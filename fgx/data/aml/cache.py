@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 
 from fgx.data.aml.csv_io import write_csv_atomic
-from fgx.data.aml.generator import generate, to_frame
+from fgx.data.aml.generator import generate, to_frames
 from fgx.data.aml.presets import get_preset
 from fgx.data.aml.schema import TYPOLOGIES
 
@@ -36,7 +36,7 @@ def generate_csv(out_dir: Path, preset: str, scale: float, seed: int, cross_bank
     sidecar = pd.DataFrame({"row": launder.nonzero()[0], "pattern": tx.pattern[launder],
                             "typology": pd.Categorical.from_codes(tx.typology[launder], TYPOLOGIES)})
     _write_sidecar(sidecar, Path(out_dir) / PATTERNS_FILE)
-    write_csv_atomic(to_frame(tx), path)
+    write_csv_atomic(to_frames(tx), path)
     return path, False
 
 

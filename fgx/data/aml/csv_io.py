@@ -22,14 +22,19 @@ DTYPES = {**NUMERIC, "Timestamp": str, "Account": str, "Account.1": str,
 VOCAB = {"Receiving Currency": CURRENCIES, "Payment Currency": CURRENCIES, "Payment Format": PAYMENT_FORMATS}
 
 
-def write_csv_atomic(frame: pd.DataFrame, path: Path) -> None:
-    """Write ``frame`` under the Kaggle header to a temporary file beside ``path``, then rename."""
+def write_csv_atomic(frames, path: Path) -> None:
+    """Write a DataFrame (or an iterable of consecutive DataFrame chunks, to bound memory) under the
+    Kaggle header to a temporary file beside ``path``, then rename."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
+    if isinstance(frames, pd.DataFrame):
+        frames = [frames]
     try:
-        frame.to_csv(tmp, index=False, header=COLUMNS, float_format="%.2f")
+        with open(tmp, "w", newline="") as f:
+            for i, frame in enumerate(frames):
+                frame.to_csv(f, index=False, header=COLUMNS if i == 0 else False, float_format="%.2f")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)

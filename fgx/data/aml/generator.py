@@ -222,8 +222,16 @@ def _laundering(rng, n_edges, preset: AmlPreset, mules, acc_bank, bank_start, co
     return np.concatenate(minutes), src, dst, usd, fmt, typ.astype(np.int64), pat.astype(np.int64)
 
 
-def to_frame(tx: Transactions) -> pd.DataFrame:
-    """The Kaggle CSV columns (pandas names: the second Account is ``Account.1``)."""
+def to_frames(tx: Transactions, chunk: int = 1_000_000):
+    """``to_frame`` over consecutive row chunks (CSV writing without all rows as Python objects)."""
+    for lo in range(0, len(tx), chunk):
+        yield to_frame(tx, slice(lo, lo + chunk))
+
+
+def to_frame(tx: Transactions, rows: slice = slice(None)) -> pd.DataFrame:
+    """The Kaggle CSV columns (pandas names: the second Account is ``Account.1``) of ``rows``."""
+    tx = Transactions(**{k: (v[rows] if k not in ("bank_ids", "account_names") else v)
+                         for k, v in vars(tx).items()})
     minutes_unique, inv = np.unique(tx.minute, return_inverse=True)
     stamps = pd.to_datetime(START + minutes_unique.astype("timedelta64[m]")).strftime("%Y/%m/%d %H:%M")
     cur = np.array(CURRENCIES, dtype=object)

@@ -168,3 +168,15 @@ def test_chunked_csv_write_equals_one_piece(tmp_path):
     write_csv_atomic(to_frames(tx, chunk=777), tmp_path / "chunked.csv")
     write_csv_atomic(to_frame(tx), tmp_path / "whole.csv")
     assert (tmp_path / "chunked.csv").read_bytes() == (tmp_path / "whole.csv").read_bytes()
+
+
+def test_fast_csv_lines_match_pandas_float_format(tmp_path):
+    from fgx.data.aml.csv_io import write_csv_atomic
+
+    frame = to_frame(generate(get_preset("tiny"), 0.05, 1))
+    frame.loc[0, "Amount Paid"] = -12.3456     # (exact half-cent ties may round differently)
+    frame.loc[1, "Amount Received"] = 0.004
+    frame.loc[2, "Amount Received"] = 123456789.999
+    write_csv_atomic(frame, tmp_path / "fast.csv")
+    frame.to_csv(tmp_path / "pandas.csv", index=False, header=COLUMNS, float_format="%.2f")
+    assert (tmp_path / "fast.csv").read_text() == (tmp_path / "pandas.csv").read_text()

@@ -33,12 +33,33 @@ def write_csv_atomic(frames, path: Path) -> None:
         frames = [frames]
     try:
         with open(tmp, "w", newline="") as f:
-            for i, frame in enumerate(frames):
-                frame.to_csv(f, index=False, header=COLUMNS if i == 0 else False, float_format="%.2f")
+            f.write(",".join(COLUMNS) + "\n")
+            for frame in frames:
+                if len(frame):
+                    f.write("\n".join(_csv_lines(frame).tolist()) + "\n")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def _two_decimals(values: np.ndarray) -> np.ndarray:
+    """'%.2f' of each value, with numpy's string ufuncs (3x faster than pandas' float_format,
+    which formats cell by cell in Python)."""
+    cents = np.round(np.abs(values) * 100).astype(np.int64)
+    text = np.strings.add(np.strings.add((cents // 100).astype("T"), "."),
+                          np.strings.zfill((cents % 100).astype("T"), 2))
+    return np.where(values < 0, np.strings.add("-", text), text)
+
+
+def _csv_lines(frame: pd.DataFrame) -> np.ndarray:
+    """One CSV line per row (no quoting: AMLworld values contain no commas or quotes)."""
+    line = None
+    for col in frame.columns:
+        v = frame[col].to_numpy()
+        text = _two_decimals(v) if v.dtype.kind == "f" else v.astype("T")
+        line = text if line is None else np.strings.add(np.strings.add(line, ","), text)
+    return line
 
 
 def _line(row_index: int) -> int:

@@ -91,10 +91,16 @@ def load(p: AmlParams, env: DataEnv, name: str, generated_only: bool) -> GraphDa
     from fgx.data.aml.features import to_graph
 
     path, source, hit = resolve_csv(p, env, generated_only)
-    env.log.info("AML data: %s CSV %s (%s)", source, path, "cache hit" if hit else "generated now")
+    if source == "real":
+        env.log.info("AML data: real CSV %s", path)
+    else:
+        env.log.info("AML data: generated CSV %s (%s)", path, "cache hit" if hit else "generated now")
     df = read_transactions(path)
     masks = split_masks(p, df)
     data, names = to_graph(df, masks, p.ports, p.time_deltas, p.timestamp_feature)
+    outside = len(df) - sum(int(m.sum()) for m in masks)
+    if outside:
+        env.log.info("AML data: %d transactions fall outside the split days (in the graph, never scored)", outside)
     y = data.edge_y
     extra = {"preset": p.preset, "file": str(path), "cache_hit": hit, "split": p.split,
              "edge_features": names, "illicit_ratio": float(y.float().mean()),

@@ -22,7 +22,7 @@ class LocalTrainParams:
     lr: float = field(default=0.01, metadata=spec(gt=0.0))
     weight_decay: float = field(default=5e-4, metadata=spec(min=0.0))
     optimizer: str = field(default="adam", metadata=spec(choices=["adam", "sgd"]))
-    local_steps: int = field(default=5, metadata=spec(min=1, help="gradient steps per round (K)"))
+    local_steps: int = field(default=10, metadata=spec(min=1, help="gradient steps per round (K)"))
     local_epochs: int | None = field(default=None, metadata=spec(
         min=1, help="if set: passes over the training items per round (E), overriding local_steps"))
     batch_size: int | None = field(default=None, metadata=spec(min=1, help="training items per step; null: all"))

@@ -1,0 +1,242 @@
+"""LPSFed (Sim & Park, ICLR 2026): federated recommendation on client user-item subgraphs.
+
+Each client trains an LGCN on its own subgraph (embeddings, spectral kernels and popularity
+encoders stay local). Every round the server builds a neutral anchor graph G_R from averaged client
+statistics and broadcasts its normalised low-pass spectrum K^R; each client sends its pooling
+network, its mean margin M^c (Eq. 10) and ρ_c = KL(K^R ‖ K^c) (Eq. 11). The server averages (Eq. 13)
+and returns to each client ρ̄_c·mean + (1-ρ̄_c)·own (Eq. 12, 14).
+
+Switches give the paper's baselines on the same model: ``loss=bpr`` is LPSFed (BPR);
+``personalize=false`` mixes with ρ̄ = 1, i.e. plain averaging = FedAvg (LGCN) (with ``loss=bpr``);
+``federate=false`` never communicates = Local (LGCN)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from fgx.algorithms.base import Algorithm, round_seed
+from fgx.config import spec
+from fgx.federation.channel import Message
+from fgx.models.lgcn import LGCN
+from fgx.recsys import losses
+from fgx.recsys.bipartite import client_interactions
+from fgx.recsys.metrics import popularity_groups, ranking_metrics
+from fgx.recsys.spectral import (anchor_graph, bipartite_laplacian, cached_eigenpairs, kl_divergence,
+                                 lowest_eigenpairs, lowpass_distribution, minmax_similarity)
+from fgx.registry import ALGORITHMS
+
+
+@dataclass
+class LPSFedParams:
+    lr: float = field(default=0.01, metadata=spec(gt=0.0))
+    weight_decay: float = field(default=0.0, metadata=spec(min=0.0))
+    optimizer: str = field(default="adam", metadata=spec(choices=["adam", "rmsprop"]))
+    local_epochs: int = field(default=5, metadata=spec(min=1, help="passes over the training pairs per round"))
+    batch_size: int = field(default=4096, metadata=spec(min=1))
+    num_negatives: int = field(default=4, metadata=spec(min=1))
+    loss: str = field(default="bc", metadata=spec(choices=["bc", "bpr"]))
+    tau: float = field(default=0.2, metadata=spec(gt=0.0, help="temperature of the BC / bias losses"))
+    gamma: float = field(default=0.1, metadata=spec(min=0.0, help="margin strength γ (Eq. 8)"))
+    omega: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="weight of the server margin (Eq. 15)"))
+    lambda_bias: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="weight of L_bias (Eq. 7)"))
+    personalize: bool = field(default=True, metadata=spec(help="false: ρ̄ = 1, plain averaging (FedAvg)"))
+    federate: bool = field(default=True, metadata=spec(help="false: no communication (Local)"))
+    anchor: str = field(default="gnmk", metadata=spec(choices=["gnmk", "er"]))
+    anchor_stats: bool = field(default=True, metadata=spec(
+        help="false: anchor from global assumptions (users = items = 500, density 5%) instead of client statistics"))
+    kl_eps: float = field(default=1e-10, metadata=spec(gt=0.0))
+    warmup_rounds: int = field(default=2, metadata=spec(min=0, help="rounds without server mixing"))
+    top_k: int = field(default=20, metadata=spec(min=1))
+
+
+def sample_negatives(known: torch.Tensor, users: torch.Tensor, count: int, g: torch.Generator) -> torch.Tensor:
+    """``count`` uniform items per user in ``users`` that the user has not interacted with in
+    training (``known`` is the client's dense [M, N] train matrix; clashes are resampled up to ten
+    times, what still clashes after that is kept, a negligible share)."""
+    users = users[:, None].expand(-1, count)
+    neg = torch.randint(known.size(1), users.shape, generator=g)
+    for _ in range(10):
+        clash = known[users, neg]
+        if not clash.any():
+            break
+        neg[clash] = torch.randint(known.size(1), (int(clash.sum()),), generator=g)
+    return neg
+
+
+class RankingClient:
+    """One client's interactions, LGCN, optimiser, spectrum and margin (what stays on the client)."""
+
+    def __init__(self, cid, inter, model, optimizer, spectrum, item_group):
+        self.cid, self.inter, self.model, self.optimizer = cid, inter, model, optimizer
+        self.spectrum = spectrum          # K^c, normalised first-Φ eigenvalues (never sent)
+        self.item_group = item_group
+        self.known = torch.zeros(inter.num_users, inter.num_items, dtype=torch.bool)
+        self.known[inter.train[0], inter.train[1]] = True
+        self.margin_context = 0.0         # M^c_updated from the server (0 before the first mixing)
+        self.margin = 0.0                 # M^c (Eq. 10), after the last local training
+
+
+def client_train(state: RankingClient, p: LPSFedParams, seed: int) -> float:
+    """Local epochs of BC or BPR training; returns the mean loss and updates M^c."""
+    model, tr = state.model, state.inter.train
+    g = torch.Generator().manual_seed(seed + state.cid)
+    model.train()
+    total, steps, margins = 0.0, 0, []
+    for _ in range(p.local_epochs):
+        perm = torch.randperm(tr.size(1), generator=g)
+        neg_all = sample_negatives(state.known, tr[0], p.num_negatives, g)
+        for b in torch.split(perm, p.batch_size):
+            u, i, j = tr[0, b], tr[1, b], neg_all[b]
+            uh, vh = model.embed()
+            # all-pairs cosines then gather: cheaper on CPU than row lookups (see LGCN.pop_cos)
+            flat = (uh @ vh.T).reshape(-1)
+            n_items = vh.size(0)
+            cos_pos = flat.gather(0, u * n_items + i)
+            cos_neg = flat.gather(0, (u[:, None] * n_items + j).reshape(-1)).view(j.shape)
+            if p.loss == "bpr":
+                loss = losses.bpr_loss(cos_pos[:, None] / p.tau, cos_neg / p.tau)
+            else:
+                bias_pos = model.pop_cos(u, i)
+                bias_neg = model.pop_cos(u[:, None].expand_as(j), j)
+                m_ui = losses.bc_margin(bias_pos, losses.angle(cos_pos.detach()), p.gamma)
+                margin = losses.refined_margin(m_ui, state.margin_context, p.omega)
+                loss = (1 - p.lambda_bias) * losses.bc_loss(cos_pos, cos_neg, margin, p.tau) \
+                    + p.lambda_bias * losses.bias_loss(bias_pos, bias_neg, p.tau)
+                margins.append(m_ui.detach())
+            state.optimizer.zero_grad()
+            loss.backward()
+            state.optimizer.step()
+            total += float(loss.detach())
+            steps += 1
+    if margins:
+        state.margin = float(torch.cat(margins[-max(1, len(margins) // p.local_epochs):]).mean())
+    return total / max(steps, 1)
+
+
+def shared_state(model: LGCN) -> dict[str, torch.Tensor]:
+    sd = model.state_dict()
+    return {k: sd[k].detach().clone() for k in model.shared_keys()}
+
+
+@ALGORITHMS.register("lpsfed", params=LPSFedParams, tasks=("ranking",))
+class LPSFed(Algorithm):
+    messages = {
+        "client_stats": Message("up"),
+        "anchor_spectrum": Message("down"),
+        "mlp_params": Message("up"),
+        "scalar_margin": Message("up"),
+        "scalar_similarity": Message("up"),
+        "personalized_params": Message("down"),
+    }
+
+    @classmethod
+    def check_config(cls, params, validated) -> None:
+        from fgx.config import ConfigError
+        if validated.names.get("model") != "lgcn":
+            raise ConfigError("model", validated.names.get("model"), "lgcn (the LPSFed family runs on LGCN)")
+
+    def setup(self) -> None:
+        ctx, p, mp = self.ctx, self.params, self.ctx.model_params
+        self.phi = mp.frequency
+        data = ctx.global_data
+        cache = Path(getattr(ctx.cfg, "data_dir", None) or _default_cache()) / "cache" / "lgcn_eig"
+        self.clients: list[RankingClient] = []
+        stats = []
+        for c in ctx.clients:
+            inter = client_interactions(c, data.num_users)
+            tr = inter.train.numpy()
+            w, v = cached_eigenpairs(tr[0], tr[1], inter.num_users, inter.num_items, self.phi, cache)
+            udeg = torch.bincount(inter.train[0], minlength=inter.num_users)
+            ideg = torch.bincount(inter.train[1], minlength=inter.num_items)
+            torch.manual_seed(ctx.seed * 7919 + c.cid)
+            model = LGCN(mp, inter.num_users, inter.num_items, torch.from_numpy(v), udeg, ideg)
+            opt = (torch.optim.RMSprop if p.optimizer == "rmsprop" else torch.optim.Adam)(
+                model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+            cl = RankingClient(c.cid, inter, model, opt, lowpass_distribution(w, p.kl_eps),
+                               popularity_groups(inter.train[1], inter.num_items))
+            self.clients.append(cl)
+            s = {"users": inter.num_users, "items": inter.num_items, "interactions": int(inter.train.size(1)),
+                 "avg_degree": 2 * inter.train.size(1) / (inter.num_users + inter.num_items),
+                 "eigengap": float(np.max(np.diff(w))) if len(w) > 1 else 0.0}
+            c.stats.update(s)
+            stats.append(s)
+            if p.federate:
+                ctx.channel.send("client_stats", torch.tensor([s["users"], s["items"], s["interactions"]],
+                                                              dtype=torch.float64), src=c.cid, dst="server", round=0)
+        self.mean_stats = {k: float(np.mean([s[k] for s in stats])) for k in ("users", "items", "interactions")}
+        # Algorithm 1: every client starts from the same shared networks
+        init = shared_state(self.clients[0].model)
+        for cl in self.clients[1:]:
+            cl.model.load_state_dict(init, strict=False)
+        self.rho_bar = [1.0] * len(self.clients)
+
+    def anchor_spectrum(self, r: int) -> np.ndarray:
+        p = self.params
+        if p.anchor_stats:
+            m, n, e = (int(round(self.mean_stats[k])) for k in ("users", "items", "interactions"))
+        else:
+            m, n = 500, 500
+            e = int(0.05 * m * n)
+        e = min(e, m * n)
+        u, i = anchor_graph(p.anchor, m, n, e, seed=self.ctx.seed * 1000 + r)
+        w, _ = lowest_eigenpairs(bipartite_laplacian(u, i, m, n), self.phi, seed=r)
+        return lowpass_distribution(w, p.kl_eps)
+
+    def round(self, r: int) -> dict[str, float]:
+        p, ch = self.params, self.ctx.channel
+        results = self.ctx.executor.map(client_train, self.clients, p, round_seed(self.ctx.seed, r))
+        loss = float(np.mean(results))
+        if not p.federate:
+            return {"loss": loss}
+        ids = [c.cid for c in self.clients]
+        kr = ch.broadcast("anchor_spectrum", torch.from_numpy(self.anchor_spectrum(r)), ids, r).numpy()
+        rho, shared, margins = [], [], []
+        for cl in self.clients:
+            rho.append(float(ch.send("scalar_similarity", torch.tensor(kl_divergence(kr, cl.spectrum)),
+                                     src=cl.cid, dst="server", round=r)))
+            shared.append(ch.send("mlp_params", shared_state(cl.model), src=cl.cid, dst="server", round=r))
+            margins.append(float(ch.send("scalar_margin", torch.tensor(cl.margin), src=cl.cid, dst="server", round=r)))
+        out = {"loss": loss, "rho_mean": float(np.mean(rho))}
+        if r <= p.warmup_rounds:
+            return out
+        rho_bar = minmax_similarity(np.array(rho)) if p.personalize else np.ones(len(rho))
+        mean = {k: torch.stack([s[k] for s in shared]).mean(0) for k in shared[0]}   # Eq. 13
+        m_bar = float(np.mean(margins))
+        for cl, own, rb, mc in zip(self.clients, shared, rho_bar, margins):
+            new = {k: rb * mean[k] + (1 - rb) * own[k] for k in own}                    # Eq. 14
+            new = ch.send("personalized_params", {"params": new, "margin": torch.tensor(rb * m_bar + (1 - rb) * mc)},
+                          src="server", dst=cl.cid, round=r)
+            cl.model.load_state_dict(new["params"], strict=False)
+            cl.margin_context = float(new["margin"])
+        self.rho_bar = [float(x) for x in rho_bar]
+        self.ctx.record("lpsfed_similarity", {"rho": rho, "rho_bar": self.rho_bar, "margins": margins})
+        return out
+
+    def client_metrics(self, client) -> dict[str, dict[str, float]]:
+        cl = self.clients[client.cid]
+        cl.model.eval()
+        with torch.no_grad():
+            scores = cl.model.scores()
+        inter, k = cl.inter, self.params.top_k
+        return {"val": ranking_metrics(scores, inter.train, inter.val, k, cl.item_group),
+                "test": ranking_metrics(scores, torch.cat([inter.train, inter.val], 1), inter.test, k, cl.item_group)}
+
+    def state_dict(self) -> dict:
+        return {"models": [c.model.state_dict() for c in self.clients],
+                "optimizers": [c.optimizer.state_dict() for c in self.clients],
+                "margins": [[c.margin, c.margin_context] for c in self.clients], "rho_bar": self.rho_bar}
+
+    def load_state_dict(self, state: dict) -> None:
+        for c, m, o, mg in zip(self.clients, state["models"], state["optimizers"], state["margins"]):
+            c.model.load_state_dict(m)
+            c.optimizer.load_state_dict(o)
+            c.margin, c.margin_context = mg
+        self.rho_bar = state["rho_bar"]
+
+
+def _default_cache() -> str:
+    from fgx.config import default_data_dir
+    return str(default_data_dir())

@@ -1,0 +1,105 @@
+"""Spectral pieces of LPSFed: the normalised bipartite Laplacian, its Φ lowest eigenpairs (scipy's
+Lanczos ``eigsh``, dense ``eigh`` for small graphs) cached on disk per client, the normalised
+low-pass eigenvalue distribution K (Eq. 16), the KL similarity (Eq. 11) and Eq. 12's min-max map."""
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.linalg import eigsh
+
+
+def bipartite_laplacian(users: np.ndarray, items: np.ndarray, num_users: int, num_items: int) -> sp.csr_matrix:
+    """L = I - D^-1/2 A D^-1/2 with A = [[0, R], [R^T, 0]]; isolated nodes get L_ii = 1."""
+    n = num_users + num_items
+    r = sp.coo_matrix((np.ones(len(users)), (users, items + num_users)), shape=(n, n))
+    a = (r + r.T).tocsr()
+    a.data[:] = 1.0   # binary, even if a pair was listed twice
+    deg = np.asarray(a.sum(1)).ravel()
+    inv = np.zeros_like(deg)
+    inv[deg > 0] = deg[deg > 0] ** -0.5
+    d = sp.diags(inv)
+    return (sp.eye(n) - d @ a @ d).tocsr()
+
+
+def lowest_eigenpairs(lap: sp.csr_matrix, k: int, dense_below: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """The ``k`` smallest eigenvalues (ascending) and eigenvectors [n, k] of a symmetric PSD matrix."""
+    n = lap.shape[0]
+    k = min(k, n)
+    if n <= dense_below or k >= n - 1:
+        w, v = np.linalg.eigh(lap.toarray())
+        return np.clip(w[:k], 0.0, 2.0), v[:, :k]
+    # smallest eigenvalues of L are the largest of 2I - L (spectrum in [0, 2]): Lanczos converges
+    # much faster on the largest end than with which="SA"
+    rng = np.random.default_rng(seed)
+    shifted = (2.0 * sp.eye(n) - lap).tocsr()
+    w, v = eigsh(shifted, k=k, which="LA", v0=rng.standard_normal(n), tol=1e-6)
+    w = 2.0 - w
+    order = np.argsort(w)
+    return np.clip(w[order], 0.0, 2.0), v[:, order]
+
+
+def cached_eigenpairs(users: np.ndarray, items: np.ndarray, num_users: int, num_items: int, k: int,
+                      cache_dir: Path | None) -> tuple[np.ndarray, np.ndarray]:
+    """``lowest_eigenpairs`` of a client's Laplacian, stored in ``cache_dir`` under a hash of the
+    graph and k, so repeated runs (seeds, sweeps) skip the decomposition."""
+    h = hashlib.sha1()
+    for arr in (users.astype(np.int64), items.astype(np.int64), np.array([num_users, num_items, k])):
+        h.update(arr.tobytes())
+    path = Path(cache_dir) / f"eig_{h.hexdigest()[:20]}.npz" if cache_dir is not None else None
+    if path is not None and path.exists():
+        z = np.load(path)
+        return z["w"], z["v"]
+    w, v = lowest_eigenpairs(bipartite_laplacian(users, items, num_users, num_items), k)
+    if path is not None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp.npz")
+        np.savez(tmp, w=w, v=v.astype(np.float32))
+        tmp.replace(path)
+    return w, v.astype(np.float32)
+
+
+def lowpass_distribution(eigvals: np.ndarray, eps: float = 1e-10) -> np.ndarray:
+    """Eq. 16: K(i) = λ_i / Σ_q λ_q over the first Φ eigenvalues, zeros smoothed to ``eps`` and
+    renormalised (Assumption 1) so that KL stays finite. All-zero spectra give the uniform K."""
+    lam = np.clip(np.asarray(eigvals, dtype=np.float64), 0.0, None)
+    s = lam.sum()
+    k = lam / s if s > 0 else np.full(len(lam), 1.0 / len(lam))
+    k = np.maximum(k, eps)
+    return k / k.sum()
+
+
+def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
+    """Eq. 11: Σ p log(p / q); terms with p = 0 contribute 0. Both must have the same length."""
+    if len(p) != len(q):
+        raise ValueError(f"spectra of different lengths: {len(p)} vs {len(q)} (use the same Φ)")
+    from scipy.special import rel_entr
+    return float(rel_entr(p, q).sum())
+
+
+def minmax_similarity(rho: np.ndarray) -> np.ndarray:
+    """Eq. 12: ρ̄ = 1 - (ρ - min)/(max - min); all ones when every client is equally far."""
+    rho = np.asarray(rho, dtype=np.float64)
+    span = rho.max() - rho.min()
+    if span <= 0:
+        return np.ones_like(rho)
+    return 1.0 - (rho - rho.min()) / span
+
+
+def anchor_graph(kind: str, num_users: int, num_items: int, num_edges: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """The server's neutral anchor G_R from averaged client statistics: ``gnmk`` (networkx's
+    bipartite gnmk_random_graph with exactly num_edges edges) or ``er`` (bipartite Erdős–Rényi
+    with p = edges / (users * items)). Returns (users, items) edge arrays."""
+    from networkx.algorithms import bipartite
+
+    if kind == "gnmk":
+        g = bipartite.gnmk_random_graph(num_users, num_items, num_edges, seed=seed)
+    elif kind == "er":
+        g = bipartite.random_graph(num_users, num_items, num_edges / (num_users * num_items), seed=seed)
+    else:
+        raise ValueError(f"anchor must be 'gnmk' or 'er', got {kind!r}")
+    e = np.array(list(g.edges()), dtype=np.int64).reshape(-1, 2)
+    e.sort(1)   # networkx numbers users 0..M-1 and items M..M+N-1
+    return e[:, 0], e[:, 1] - num_users

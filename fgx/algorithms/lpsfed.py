@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from fgx.algorithms.base import Algorithm, round_seed
-from fgx.config import spec
+from fgx.config import default_data_dir, spec
 from fgx.federation.channel import Message
 from fgx.models.lgcn import LGCN
 from fgx.recsys import losses
@@ -116,6 +116,11 @@ def client_train(state: RankingClient, p: LPSFedParams, seed: int) -> float:
     return total / max(steps, 1)
 
 
+def personalized_mix(own: dict, mean: dict, rho_bar: float) -> dict:
+    """Eq. 14: ρ̄·mean + (1-ρ̄)·own per shared tensor (ρ̄ = 1: FedAvg; ρ̄ = 0: unchanged)."""
+    return {k: rho_bar * mean[k] + (1 - rho_bar) * own[k] for k in own}
+
+
 def shared_state(model: LGCN) -> dict[str, torch.Tensor]:
     sd = model.state_dict()
     return {k: sd[k].detach().clone() for k in model.shared_keys()}
@@ -142,7 +147,8 @@ class LPSFed(Algorithm):
         ctx, p, mp = self.ctx, self.params, self.ctx.model_params
         self.phi = mp.frequency
         data = ctx.global_data
-        cache = Path(getattr(ctx.cfg, "data_dir", None) or _default_cache()) / "cache" / "lgcn_eig"
+        # the data root may be shared and read-only: the eigenpairs go to fgx's own cache
+        cache = Path(default_data_dir()) / "cache" / "lgcn_eig"
         self.clients: list[RankingClient] = []
         stats = []
         for c in ctx.clients:
@@ -206,7 +212,7 @@ class LPSFed(Algorithm):
         mean = {k: torch.stack([s[k] for s in shared]).mean(0) for k in shared[0]}   # Eq. 13
         m_bar = float(np.mean(margins))
         for cl, own, rb, mc in zip(self.clients, shared, rho_bar, margins):
-            new = {k: rb * mean[k] + (1 - rb) * own[k] for k in own}                    # Eq. 14
+            new = personalized_mix(own, mean, float(rb))
             new = ch.send("personalized_params", {"params": new, "margin": torch.tensor(rb * m_bar + (1 - rb) * mc)},
                           src="server", dst=cl.cid, round=r)
             cl.model.load_state_dict(new["params"], strict=False)
@@ -236,7 +242,3 @@ class LPSFed(Algorithm):
             c.margin, c.margin_context = mg
         self.rho_bar = state["rho_bar"]
 
-
-def _default_cache() -> str:
-    from fgx.config import default_data_dir
-    return str(default_data_dir())

@@ -60,8 +60,21 @@ class Algorithm:
         model = self.model_for(client)
         view = self.view_for(client)
         model.eval()
+        fanouts = getattr(self.params, "fanouts", None)
+        batch = getattr(self.params, "batch_size", None)
         with torch.no_grad():
-            scores = model(view)
+            if fanouts and batch:
+                # evaluate the way training saw the graph: seed batches on sampled neighbourhoods
+                # (edge models mark seed endpoints with ego IDs, so the whole-graph forward differs)
+                from fgx.sampler import NeighborSampler, sample_view
+                samplers = self.__dict__.setdefault("_eval_samplers", {})
+                if client.cid not in samplers:
+                    samplers[client.cid] = NeighborSampler(view.edge_index.cpu(), view.num_nodes, fanouts)
+                scores = predict_in_batches(view, self.ctx.info.task, samplers[client.cid], batch,
+                                            lambda smp: model(sample_view(view, smp).to(view.x.device)),
+                                            self.ctx.out_dim, self.ctx.seed)
+            else:
+                scores = model(view)
         out = {}
         for split in SPLITS:
             mask, y = targets(view, self.ctx.info.task, split)
@@ -82,6 +95,28 @@ class Algorithm:
     def make_views(self, include_cross: bool = False) -> dict[int, Any]:
         task = self.ctx.info.task
         return {c.cid: local_view(c, task, include_cross).to(self.ctx.device) for c in self.ctx.clients}
+
+
+def predict_in_batches(view, task: str, sampler, batch_size: int, forward, out_dim: int, seed: int) -> torch.Tensor:
+    """Scores for every labelled item of ``view`` (edges or nodes), computed batch by batch on the
+    sampler's neighbourhood of each batch; ``forward(sample)`` returns outputs with the seeds first."""
+    g = torch.Generator().manual_seed(seed)
+    if task == "edge":
+        n = view.edge_index.size(1)
+        labelled = view.edge_train_mask | view.edge_val_mask | view.edge_test_mask
+    else:
+        n = view.num_nodes
+        labelled = view.train_mask | view.val_mask | view.test_mask
+    scores = torch.zeros(n, out_dim, device=view.x.device)
+    for chunk in labelled.nonzero().view(-1).cpu().split(batch_size):
+        if task == "edge":
+            smp = sampler.sample_edges(chunk, g)
+            ids, k = smp.edge_ids[: smp.num_seed_edges], smp.num_seed_edges
+        else:
+            smp = sampler.sample_nodes(chunk, g)
+            ids, k = smp.nodes[: smp.num_seed_nodes], smp.num_seed_nodes
+        scores[ids.to(scores.device)] = forward(smp)[:k].float()
+    return scores
 
 
 @dataclass

@@ -107,7 +107,7 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
     return used
 
 
-def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, sample=None):
+def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, sample=None, train: bool = True):
     """Layer-by-layer forward on the client's whole graph (``sample`` None) or on a sampled
     subgraph (fgx.sampler, expansion stopped at halo nodes). ``update``: owned nodes whose moving
     averages this step updates (full graph); with a sample, a node at hop h updates layers up to
@@ -135,7 +135,7 @@ def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, sample
         internal = owned[ei[0]] & owned[ei[1]]
         edges = [ei if c.layer_uses_cross[i] else ei[:, internal] for i in range(L)]
         hop = sample.hop.to(dev)[own_pos]
-        upd_layers = [hop <= L - 1 - i for i in range(L)]
+        upd_layers = [hop <= L - 1 - i for i in range(L)] if train else None
     s = model.encode(view)
     h, e = s["h"], s["e"]
     if p.remote_layer0 != "raw" and halo_pos.numel():
@@ -487,8 +487,15 @@ class CEFedGNN(Algorithm):
         c = self.clients[client.cid]
         c.model.load_state_dict(self.global_model.state_dict())
         c.model.eval()
+        p = self.params
         with torch.no_grad():
-            scores, _ = _forward(c, self.params, None)
+            if c.sampler is not None and p.batch_size:
+                from fgx.algorithms.base import predict_in_batches
+                scores = predict_in_batches(c.view, self.task, c.sampler, p.batch_size,
+                                            lambda smp: _forward(c, p, None, smp, train=False)[0],
+                                            self.ctx.out_dim, self.ctx.seed)
+            else:
+                scores, _ = _forward(c, p, None)
         out = {}
         for split in SPLITS:
             mask, y = targets(c.view, self.task, split)

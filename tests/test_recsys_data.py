@@ -77,3 +77,16 @@ def test_partitioners_own_users_once_and_their_items(ml100k, part):
         assert int(ci.train[1].max()) < ci.num_items and int(ci.test[1].max()) < ci.num_items
         total_train += ci.train.size(1)
     assert total_train == int(d.edge_train_mask.sum())         # every training interaction is held once
+
+
+def test_synthetic_bipartite_skew_and_seed():
+    from fgx.data.synthetic_bipartite import SyntheticBipartiteParams, generate, load_synthetic_bipartite
+    p = SyntheticBipartiteParams(num_users=400, num_items=600, communities=3, size_ratio=0.5, degree_ratio=0.5)
+    u, i = generate(p, 0)
+    u2, _ = generate(p, 0)
+    assert np.array_equal(u, u2)
+    deg = np.bincount(u, minlength=400)
+    # community 0 (first 4/7 of users) is bigger and denser than community 2 (last 1/7)
+    assert deg[:228].mean() > 2 * deg[-57:].mean()
+    ds = load_synthetic_bipartite(p, DataEnv(None, 0, logging.getLogger()))
+    assert ds.info.task == "ranking" and ds.info.source == "generated"

@@ -48,3 +48,15 @@ def test_group_ndcg_and_popularity_groups():
     assert m["ndcg@2_head"] == 1.0                      # item 0 ranked first
     assert abs(m["ndcg@2_tail"] - 1 / math.log2(3)) < 1e-6   # item 2 at rank 2, one relevant
     assert math.isnan(m["ndcg@2_mid"])
+
+
+def test_full_ranking_of_ml100k_size_is_fast():
+    import time
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(943, 1682, generator=g)
+    train = torch.stack([torch.randint(943, (80000,), generator=g), torch.randint(1682, (80000,), generator=g)])
+    test = torch.stack([torch.randint(943, (10000,), generator=g), torch.randint(1682, (10000,), generator=g)])
+    groups = popularity_groups(train[1], 1682)
+    t = time.perf_counter()
+    ranking_metrics(scores, train, test, 20, groups)
+    assert time.perf_counter() - t < 2.0

@@ -60,13 +60,18 @@ def test_filters_and_split_small():
     assert (s[x.users == 0] == 2).sum() == 1 and (s[x.users == 0] == 1).sum() == 1
 
 
-@pytest.mark.parametrize("part", ["spectral", "random"])
+@pytest.mark.parametrize("part", ["spectral", "random", "interconnected"])
 def test_partitioners_own_users_once_and_their_items(ml100k, part):
     d, info = ml100k.data, ml100k.info
     if part == "spectral":
         owned = spectral_bipartite(SpectralBipartiteParams(num_clients=4), d, info, 0)
-    else:
+    elif part == "random":
         owned = random_users(RandomUsersParams(num_clients=4), d, info, 0)
+    else:
+        from fgx.partition.interconnected import InterconnectedParams, interconnected
+        owned = interconnected(InterconnectedParams(num_clients=4), d, info, 0)
+        sizes = [int((o < d.num_users).sum()) for o in owned]
+        assert max(sizes) - min(sizes) <= 1
     users = torch.cat([o[o < d.num_users] for o in owned])
     assert users.numel() == 943 and torch.unique(users).numel() == 943
     clients = build_clients(d, info, owned)
@@ -90,3 +95,14 @@ def test_synthetic_bipartite_skew_and_seed():
     assert deg[:228].mean() > 2 * deg[-57:].mean()
     ds = load_synthetic_bipartite(p, DataEnv(None, 0, logging.getLogger()))
     assert ds.info.task == "ranking" and ds.info.source == "generated"
+
+
+def test_ego_graph_clients_center_on_seed(ml100k):
+    from fgx.partition.ego_graph import EgoGraphParams, ego_graph
+    d = ml100k.data
+    owned = ego_graph(EgoGraphParams(num_clients=3, users_per_client=50), d, ml100k.info, 0)
+    assert len(owned) == 3
+    for o in owned:
+        assert int((o < d.num_users).sum()) == 50
+    for c in build_clients(d, ml100k.info, owned):
+        assert client_interactions(c, d.num_users).train.size(1) > 0

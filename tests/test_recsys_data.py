@@ -106,3 +106,17 @@ def test_ego_graph_clients_center_on_seed(ml100k):
         assert int((o < d.num_users).sum()) == 50
     for c in build_clients(d, ml100k.info, owned):
         assert client_interactions(c, d.num_users).train.size(1) > 0
+
+
+def test_lightgcn_files(tmp_path):
+    from fgx.data.lightgcn_files import LightGCNFilesParams, load_lightgcn_files
+    tr, te = tmp_path / "train.txt", tmp_path / "test.txt"
+    tr.write_text("0 0 1 2 3 4 5 6 7 8 9\n1 2 3 4\n2 5\n")
+    te.write_text("0 10\n1 5\n")
+    ds = load_lightgcn_files(LightGCNFilesParams(str(tr), str(te)), DataEnv(tmp_path, 0, logging.getLogger()))
+    d = ds.data
+    assert (d.num_users, d.num_items, d.edge_index.size(1)) == (3, 11, 16)
+    assert int(d.edge_test_mask.sum()) == 2 and int(d.edge_val_mask.sum()) == 2   # users 0 and 1
+    tr.write_text("0 1 2\n1 x\n")
+    with pytest.raises(DataError, match=r"train\.txt, line 2"):
+        load_lightgcn_files(LightGCNFilesParams(str(tr), str(te)), DataEnv(tmp_path, 0, logging.getLogger()))

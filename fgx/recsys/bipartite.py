@@ -69,7 +69,7 @@ def per_user_split(x: Interactions, val: float, test: float, seed: int) -> np.nd
         if n < 3:
             continue
         idx = idx[rng.permutation(n)]
-        n_te = max(1, int(round(test * n)))
+        n_te = max(1, int(round(test * n))) if test > 0 else 0
         n_va = max(1, int(round(val * n))) if val > 0 else 0
         split[idx[:n_te]] = 2
         split[idx[n_te:n_te + n_va]] = 1

@@ -3,6 +3,7 @@ items, training items masked, Recall/NDCG@20 plus tail/mid/head NDCG), and one L
 of the 4 spectral clients (LGCN forward + ranking).
 
     python scripts/bench_lpsfed.py --data-dir ../shared/data
+    python scripts/bench_lpsfed.py --table RUN_DIR [RUN_DIR ...]   # mean ± std of final test metrics
 """
 from __future__ import annotations
 
@@ -32,11 +33,41 @@ def best_of(fn, repeat: int) -> float:
     return min(times)
 
 
+def table(run_dirs: list[str]) -> None:
+    """Final-round test Recall@20 / NDCG@20 per algorithm preset, mean ± std over the given runs."""
+    import json
+    from collections import defaultdict
+
+    import numpy as np
+    from omegaconf import OmegaConf
+
+    rows = defaultdict(list)
+    for rd in map(Path, run_dirs):
+        s = json.loads((rd / "summary.json").read_text())
+        if s.get("status") != "completed":
+            print(f"skipping {rd}: status {s.get('status')}")
+            continue
+        cfg = OmegaConf.load(rd / ".hydra" / "config.yaml")
+        a = cfg.algorithm
+        label = "LPSFed" if a.loss == "bc" and a.personalize and a.federate else \
+            "LPSFed (BPR)" if a.personalize and a.federate else "FedAvg (LGCN)" if a.federate else "Local (LGCN)"
+        rows[label].append((s["final"]["recall@20"], s["final"]["ndcg@20"], s["wall_time_s"]))
+    print("| method | Recall@20 | NDCG@20 | runs | wall s (mean) |\n|---|---|---|---|---|")
+    for label, v in rows.items():
+        v = np.array(v)
+        print(f"| {label} | {v[:, 0].mean():.4f} ± {v[:, 0].std():.4f} | {v[:, 1].mean():.4f} ± {v[:, 1].std():.4f} "
+              f"| {len(v)} | {v[:, 2].mean():.0f} |")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--table", nargs="+", metavar="RUN_DIR")
     a = ap.parse_args()
+    if a.table:
+        table(a.table)
+        return
     ds = load_movielens100k(ML100KParams(download=False), DataEnv(Path(a.data_dir), 0, logging.getLogger()))
     d = ds.data
     nu = d.num_users

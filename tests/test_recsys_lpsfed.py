@@ -47,6 +47,8 @@ def test_lpsfed_end_to_end_and_deterministic(run_fgx, ml_root, monkeypatch, tmp_
                                    "scalar_similarity", "personalized_params"}
     assert comm["totals"]["personalized_params"] > 0
     assert list((tmp_path / "cache" / "cache" / "lgcn_eig").glob("*.npz"))
+    rows = [json.loads(l) for l in (runs[0] / "lpsfed_clients.jsonl").read_text().splitlines()]
+    assert len(rows) == 2 and all(r["users"] > 0 and r["items"] > 0 and r["group"] in ("LD", "MB", "SS") for r in rows)
 
 
 def test_node_algorithm_on_ranking_data_is_refused(run_fgx, ml_root):

@@ -172,6 +172,13 @@ class LPSFed(Algorithm):
             if p.federate:
                 ctx.channel.send("client_stats", torch.tensor([s["users"], s["items"], s["interactions"]],
                                                               dtype=torch.float64), src=c.cid, dst="server", round=0)
+        # per-client structure (the partition file is written before clients are re-indexed here);
+        # LD/MB/SS = tertiles of the client node count (spec 4.3)
+        nodes = np.array([s["users"] + s["items"] for s in stats])
+        lo, hi = np.quantile(nodes, [1 / 3, 2 / 3])
+        for s, n in zip(stats, nodes):
+            s["group"] = "LD" if n > hi else "SS" if n <= lo else "MB"
+            ctx.record("lpsfed_clients", dict(s))
         self.mean_stats = {k: float(np.mean([s[k] for s in stats])) for k in ("users", "items", "interactions")}
         # Algorithm 1: every client starts from the same shared networks
         init = shared_state(self.clients[0].model)

@@ -20,7 +20,23 @@ class GNNParams:
     dropout: float = field(default=0.5, metadata=spec(min=0.0, max=1.0))
 
 
-class NodeGNN(nn.Module):
+class LayerwiseModel(nn.Module):
+    """The layer-wise contract (docs/ARCHITECTURE.md): ``forward`` is exactly encode, then
+    layer + activate per layer, then head, so algorithms that run the layers themselves (CE-FedGNN)
+    compute the same function."""
+
+    num_layers: int
+
+    def forward(self, view) -> torch.Tensor:
+        s = self.encode(view)
+        h, e = s["h"], s["e"]
+        for i in range(self.num_layers):
+            pre, e = self.layer(i, h, e, view.edge_index)
+            h = self.activate(i, pre)
+        return self.head(h, e, view.edge_index, view)
+
+
+class NodeGNN(LayerwiseModel):
     def __init__(self, convs: list[nn.Module], dropout: float):
         super().__init__()
         self.convs = nn.ModuleList(convs)
@@ -43,14 +59,6 @@ class NodeGNN(nn.Module):
 
     def head(self, h: torch.Tensor, e, edge_index: torch.Tensor, view) -> torch.Tensor:
         return h
-
-    def forward(self, view) -> torch.Tensor:
-        s = self.encode(view)
-        h, e = s["h"], s["e"]
-        for i in range(self.num_layers):
-            pre, e = self.layer(i, h, e, view.edge_index)
-            h = self.activate(i, pre)
-        return self.head(h, e, view.edge_index, view)
 
 
 def dims(p: GNNParams, in_dim: int, out_dim: int) -> list[tuple[int, int]]:

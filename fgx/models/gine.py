@@ -14,6 +14,7 @@ from torch import nn
 
 from fgx.config import spec
 from fgx.data.aml.features import PORT_FEATURES
+from fgx.models.base import LayerwiseModel
 from fgx.registry import MODELS
 
 # Multi-GNN's tuned class weights for class-weighted cross-entropy (model_settings.json)
@@ -60,7 +61,7 @@ def readout(hidden: int, dropout: float, out_dim: int) -> nn.Sequential:
                          nn.Linear(50, 25), nn.ReLU(), nn.Dropout(dropout), nn.Linear(25, out_dim))
 
 
-class EdgeGNN(nn.Module):
+class EdgeGNN(LayerwiseModel):
     def __init__(self, p: EdgeGNNParams, in_dim: int, out_dim: int, edge_cols: list[int], make_conv, hidden: int):
         super().__init__()
         self.p = p
@@ -101,14 +102,6 @@ class EdgeGNN(nn.Module):
     def head(self, h: torch.Tensor, e: torch.Tensor, edge_index: torch.Tensor, view) -> torch.Tensor:
         src, dst = edge_index
         return self.head_mlp(torch.cat([torch.relu(h[src]), torch.relu(h[dst]), e], -1))
-
-    def forward(self, view) -> torch.Tensor:
-        s = self.encode(view)
-        h, e = s["h"], s["e"]
-        for i in range(self.num_layers):
-            pre, e = self.layer(i, h, e, view.edge_index)
-            h = self.activate(i, pre)
-        return self.head(h, e, view.edge_index, view)
 
 
 @MODELS.register("gine", params=EdgeGNNParams, tasks=("edge",))

@@ -68,3 +68,13 @@ def test_partitions_are_deterministic(graph):
         a = fn(p, graph.data, graph.info, seed=3)
         b = fn(p, graph.data, graph.info, seed=3)
         assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+@pytest.mark.parametrize("fn,p", PARTS, ids=lambda x: getattr(x, "__name__", ""))
+def test_every_client_gets_training_nodes(graph, fn, p):
+    """Regression: the random partitioner once reused the split's permutation, so one client held
+    every training node and the others none."""
+    parts = fn(p, graph.data, graph.info, seed=0)
+    for nodes in parts:
+        frac = graph.data.train_mask[nodes].float().mean().item()
+        assert 0.05 < frac < 0.5, frac   # the split trains on 20 %

@@ -18,6 +18,8 @@ class RandomParams:
 @PARTITIONERS.register("random", params=RandomParams, tasks=("node", "edge"))
 def random_partition(p: RandomParams, data, info, seed: int) -> list[torch.Tensor]:
     check_num_clients(p.num_clients, data.num_nodes)
-    g = torch.Generator().manual_seed(seed)
+    # salted: the dataset's split permutes with the bare seed, and reusing that stream would
+    # hand one client all the training nodes
+    g = torch.Generator().manual_seed(seed * 7919 + 104729)
     perm = torch.randperm(data.num_nodes, generator=g)
     return list(torch.tensor_split(perm, p.num_clients))

@@ -37,6 +37,8 @@ def check_bipartite(data, name: str) -> None:
 @PARTITIONERS.register("random_users", params=RandomUsersParams, tasks=("ranking",))
 def random_users(p: RandomUsersParams, data, info, seed: int) -> list[torch.Tensor]:
     check_bipartite(data, "random_users")
-    g = torch.Generator().manual_seed(seed)
+    # salted: the dataset's split permutes with the bare seed, and reusing that stream would
+    # hand one client all the training nodes
+    g = torch.Generator().manual_seed(seed * 7919 + 104729)
     labels = torch.randperm(data.num_users, generator=g) % p.num_clients
     return clients_from_user_labels(data, labels, p.num_clients)

@@ -1,0 +1,185 @@
+"""Figures from run directories with matplotlib (Agg backend: no display needed)."""
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from fgx.report.runs import ReportError, Run, find_runs, group_label, metric_values, varying_keys
+from fgx.report.table import default_metric
+
+KINDS = {
+    "curve": "metric against round (mean over seeds per group)",
+    "sweep": "final metric against a swept key (--x), one series per other varying key",
+    "privacy": "epsilon against a swept noise key (--x, default the varying key naming sigma)",
+    "comm": "metric against cumulative MB communicated",
+    "unlearning": "accuracy against number of removed items (unlearning.json)",
+    "heatmap": "the last recorded matrices of collaboration.jsonl (e.g. FedGSP's collaboration graphs)",
+}
+
+
+def _label(by: list[str], key: tuple) -> str:
+    return ", ".join(f"{k}={v}" for k, v in zip(by, key)) if by else "all runs"
+
+
+def _groups(runs: list[Run], by: list[str]) -> dict[tuple, list[Run]]:
+    out: dict[tuple, list[Run]] = defaultdict(list)
+    for r in runs:
+        out[group_label(r, by)].append(r)
+    return out
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    if not path.exists():
+        return []
+    rows = []
+    for line in path.read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            break
+    return rows
+
+
+def _series_over_rounds(runs: list[Run], split: str, metric: str, x_key: str):
+    """Mean over seeds of metric at each x (round or bytes)."""
+    per_x: dict[float, list[float]] = defaultdict(list)
+    for r in runs:
+        for row in _read_jsonl(r.path / "metrics.jsonl"):
+            if row.get("split") != split:
+                continue
+            y = (row.get("mean") or {}).get(metric)
+            x = row.get(x_key)
+            if y is not None and x is not None:
+                per_x[float(x) / (1e6 if x_key == "bytes_cumulative" else 1)].append(float(y))
+    xs = sorted(per_x)
+    return xs, [float(np.mean(per_x[x])) for x in xs]
+
+
+def _numeric(v: str, key: str) -> float:
+    try:
+        return float(v)
+    except (TypeError, ValueError):
+        raise ReportError(f"--x {key}: value {v!r} is not a number") from None
+
+
+def make_figure(paths, kind: str = "curve", metric: str | None = None, x: str | None = None,
+                by: list[str] | None = None, split: str = "test"):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if kind not in KINDS:
+        raise ReportError(f"unknown plot kind {kind!r}; choose one of {list(KINDS)}")
+    runs = find_runs(paths)
+    done = [r for r in runs if r.status == "completed"]
+    if not done:
+        raise ReportError("no completed run to plot")
+    varying = varying_keys(runs)
+    if kind == "heatmap":
+        return _heatmap(done[0], plt)
+    metric = metric or default_metric(runs)
+    if kind in ("sweep", "privacy"):
+        if x is None and kind == "privacy":
+            x = next((k for k in varying if "sigma" in k), None)
+        if x is None:
+            raise ReportError(f"--x is required for --kind {kind} (the swept key; varying here: {varying})")
+        if x not in varying:
+            raise ReportError(f"--x {x!r} does not vary between these runs (varying: {varying})")
+    by = by if by is not None else [k for k in varying if k != x]
+    fig, ax = plt.subplots(figsize=(6, 4))
+    groups = _groups(done, by)
+    if kind in ("curve", "comm"):
+        x_key = "round" if kind == "curve" else "bytes_cumulative"
+        for key, rs in groups.items():
+            xs, ys = _series_over_rounds(rs, split, metric, x_key)
+            ax.plot(xs, ys, marker="o", ms=3, label=_label(by, key))
+        ax.set_xlabel("round" if kind == "curve" else "MB communicated (cumulative)")
+        ax.set_ylabel(f"{metric} ({split}, mean over clients)")
+    elif kind in ("sweep", "privacy"):
+        y_of = (lambda r: metric_values(r.summary).get(metric)) if kind == "sweep" else _epsilon
+        for key, rs in groups.items():
+            pts: dict[float, list[float]] = defaultdict(list)
+            for r in rs:
+                y = y_of(r)
+                if y is not None:
+                    pts[_numeric(r.overrides.get(x), x)].append(y)
+            xs = sorted(pts)
+            means = [float(np.mean(pts[v])) for v in xs]
+            stds = [float(np.std(pts[v], ddof=1)) if len(pts[v]) > 1 else 0.0 for v in xs]
+            ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=_label(by, key))
+        ax.set_xlabel(x)
+        ax.set_ylabel(f"final {metric} ({split})" if kind == "sweep" else "epsilon")
+    elif kind == "unlearning":
+        for key, rs in groups.items():
+            xs, ys = _unlearning_series(rs)
+            ax.plot(xs, ys, marker=".", label=_label(by, key))
+        ax.set_xlabel("removed items (cumulative)")
+        ax.set_ylabel("test accuracy")
+    ax.grid(alpha=0.3)
+    if len(groups) > 1 or by:
+        ax.legend(fontsize=8)
+    ax.set_title(KINDS[kind].split(" (")[0])
+    fig.tight_layout()
+    return fig
+
+
+def _epsilon(r: Run) -> float | None:
+    eps = [v for k, v in metric_values(r.summary).items() if k.startswith("epsilon")]
+    return eps[0] if eps else None
+
+
+def _unlearning_series(runs: list[Run]):
+    per_x: dict[float, list[float]] = defaultdict(list)
+    for r in runs:
+        f = r.path / "unlearning.json"
+        if not f.exists():
+            raise ReportError(f"{r.path}: no unlearning.json (run with unlearning=<method>)")
+        reqs = json.loads(f.read_text()).get("requests") or []
+        removed = 0
+        for i, q in enumerate(reqs):
+            removed = q.get("removed_total", removed + q.get("removed", 1))
+            acc = q.get("accuracy", q.get("test_accuracy"))
+            if acc is not None:
+                per_x[float(removed)].append(float(acc))
+    xs = sorted(per_x)
+    return xs, [float(np.mean(per_x[v])) for v in xs]
+
+
+def _heatmap(run: Run, plt):
+    rows = _read_jsonl(run.path / "collaboration.jsonl")
+    if not rows:
+        raise ReportError(f"{run.path}: no collaboration.jsonl (an algorithm that records collaboration "
+                          f"matrices, e.g. fedgsp, writes it)")
+    last = rows[-1]
+    mats = {k: np.asarray(v, dtype=float) for k, v in last.items()
+            if isinstance(v, list) and np.asarray(v, dtype=object).ndim == 2}
+    if not mats:
+        raise ReportError(f"{run.path}/collaboration.jsonl: its last row holds no matrix")
+    fig, axes = plt.subplots(1, len(mats), figsize=(4 * len(mats), 3.6), squeeze=False)
+    for ax, (name, m) in zip(axes[0], mats.items()):
+        im = ax.imshow(m, cmap="viridis")
+        ax.set_title(f"{name} (round {last.get('round', '?')})")
+        ax.set_xlabel("client")
+        ax.set_ylabel("client")
+        fig.colorbar(im, ax=ax, fraction=0.046)
+    fig.tight_layout()
+    return fig
+
+
+def plot(paths, kind: str = "curve", output: str | None = None, **kw) -> Path:
+    fig = make_figure(paths, kind=kind, **kw)
+    out = Path(output) if output else Path(paths[0]) / f"{kind}.png"
+    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
+        raise ReportError(f"--output {out}: use a .png, .svg or .pdf file name")
+    import io
+
+    from fgx.outputs import atomic_write_bytes
+    buf = io.BytesIO()
+    fig.savefig(buf, format=out.suffix.lstrip(".").lower(), dpi=150)
+    atomic_write_bytes(out, buf.getvalue())
+    import matplotlib.pyplot as plt
+    plt.close(fig)
+    return out

@@ -1,0 +1,151 @@
+"""Finding run directories and reading them into one table (one row per run).
+
+A run directory is what ``fgx run`` writes: ``summary.json`` (status, final metrics, privacy,
+bytes, wall time), ``metrics.jsonl`` and Hydra's ``.hydra/{config,overrides}.yaml``. A directory
+with ``.hydra`` but no ``summary.json`` is a job that never got going; a summary whose status is
+``running`` belongs to a run that was killed. Both are kept, with their status, so a report can
+list them instead of silently dropping them."""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+IGNORED_OVERRIDES = {"seed", "data_dir", "resume", "hydra.run.dir", "hydra.sweep.dir", "output.progress",
+                     "output.checkpoint"}
+
+
+class ReportError(ValueError):
+    """A path or option the report tools cannot use; the message names it."""
+
+
+@dataclass
+class Run:
+    path: Path
+    status: str                                   # completed | failed | running | not started | unreadable
+    overrides: dict[str, str] = field(default_factory=dict)
+    summary: dict = field(default_factory=dict)
+    error: str | None = None
+
+    @property
+    def seed(self) -> Any:
+        return self.summary.get("seed", self.overrides.get("seed"))
+
+
+def _read_overrides(run_dir: Path) -> dict[str, str]:
+    f = run_dir / ".hydra" / "overrides.yaml"
+    if not f.exists():
+        return {}
+    from omegaconf import OmegaConf
+
+    out = {}
+    for item in OmegaConf.to_container(OmegaConf.load(f)) or []:
+        key, _, value = str(item).partition("=")
+        out[key.lstrip("+~")] = value
+    return out
+
+
+def read_run(run_dir: Path) -> Run:
+    run_dir = Path(run_dir)
+    try:
+        overrides = _read_overrides(run_dir)
+    except Exception as e:  # noqa: BLE001 - a broken file is reported, not fatal to the report
+        return Run(run_dir, "unreadable", error=f".hydra/overrides.yaml: {e}")
+    f = run_dir / "summary.json"
+    if not f.exists():
+        return Run(run_dir, "not started", overrides, error="no summary.json")
+    try:
+        summary = json.loads(f.read_text())
+    except (OSError, json.JSONDecodeError) as e:
+        return Run(run_dir, "unreadable", overrides, error=f"summary.json: {e}")
+    status = summary.get("status", "unreadable")
+    error = summary.get("error")
+    if status == "running":
+        error = "did not finish (killed, or still running); resume with resume=true"
+    return Run(run_dir, status, overrides, summary, error)
+
+
+def is_run_dir(p: Path) -> bool:
+    return (p / "summary.json").exists() or (p / ".hydra" / "overrides.yaml").exists()
+
+
+def find_runs(paths: list[str | Path]) -> list[Run]:
+    """Every run directory at or below the given paths, in a stable order."""
+    runs: list[Run] = []
+    seen: set[Path] = set()
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise ReportError(f"{p}: no such file or directory")
+        if not p.is_dir():
+            raise ReportError(f"{p}: not a directory (give a run or multirun directory)")
+        cands = [p] if is_run_dir(p) else sorted(
+            {q.parent for q in p.rglob("summary.json")} | {q.parent.parent for q in p.rglob(".hydra/overrides.yaml")},
+            key=_natural_key)
+        for c in cands:
+            c = c.resolve()
+            if c not in seen:
+                seen.add(c)
+                runs.append(read_run(c))
+    if not runs:
+        raise ReportError(f"no run directories (with summary.json or .hydra/) under {', '.join(map(str, paths))}")
+    return runs
+
+
+def _natural_key(p: Path) -> list:
+    return [int(s) if s.isdigit() else s for s in p.parts]
+
+
+def varying_keys(runs: list[Run]) -> list[str]:
+    """Override keys whose value differs between runs (seed and bookkeeping keys excepted), in the
+    order they first appear on the command lines."""
+    keys: list[str] = []
+    for r in runs:
+        for k in r.overrides:
+            if k not in keys and k not in IGNORED_OVERRIDES and not k.startswith("hydra"):
+                keys.append(k)
+    return [k for k in keys if len({r.overrides.get(k) for r in runs}) > 1]
+
+
+def metric_values(summary: dict) -> dict[str, float]:
+    """The numbers a report can show for one completed run."""
+    out: dict[str, float] = {}
+    for k, v in (summary.get("final") or {}).items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
+    best = summary.get("best") or {}
+    if isinstance(best.get("val"), (int, float)):
+        out["best_val"] = float(best["val"])
+    for k, v in (summary.get("privacy") or {}).items():
+        if k.startswith("epsilon") and isinstance(v, (int, float)):
+            out[k] = float(v)
+    if isinstance(summary.get("total_bytes"), (int, float)):
+        out["MB"] = summary["total_bytes"] / 1e6
+    if isinstance(summary.get("wall_time_s"), (int, float)):
+        out["wall_s"] = float(summary["wall_time_s"])
+    return out
+
+
+def group_label(run: Run, by: list[str]) -> tuple:
+    comps = run.summary.get("components") or {}
+    out = []
+    for k in by:
+        v = run.overrides.get(k)
+        if v is None and k in comps:
+            v = comps[k]
+        out.append(v if v is not None else "-")
+    return tuple(out)
+
+
+def frame(runs: list[Run], by: list[str]):
+    """A pandas DataFrame: one row per completed run, the ``by`` columns, seed and metric columns."""
+    import pandas as pd
+
+    rows = []
+    for r in runs:
+        if r.status != "completed":
+            continue
+        rows.append({**dict(zip(by, group_label(r, by))), "seed": r.seed, "run": str(r.path),
+                     **metric_values(r.summary)})
+    return pd.DataFrame(rows)

@@ -1,0 +1,147 @@
+"""fgx report / fgx plot on hand-made run directories (no training needed)."""
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from fgx.cli import main
+from fgx.report.runs import find_runs
+from fgx.report.table import build_report
+
+ALGOS = ["fedavg", "ce_fedgnn"]
+SEEDS = [0, 1, 2]
+
+
+def make_run(d: Path, overrides: list[str], summary: dict | None, metrics: list[dict] | None = None) -> Path:
+    (d / ".hydra").mkdir(parents=True)
+    (d / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    if summary is not None:
+        (d / "summary.json").write_text(json.dumps(summary))
+    if metrics:
+        (d / "metrics.jsonl").write_text("".join(json.dumps(m) + "\n" for m in metrics))
+    return d
+
+
+def completed(acc: float, f1: float, seed: int, eps: float | None = None) -> dict:
+    s = {"status": "completed", "main_metric": "accuracy", "seed": seed,
+         "final": {"accuracy": acc, "f1_macro": f1}, "best": {"round": 3, "val": acc - 0.01},
+         "total_bytes": 2_000_000, "wall_time_s": 3.0 + seed, "privacy": {"mechanism": "none"},
+         "components": {"algorithm": "x"}}
+    if eps is not None:
+        s["privacy"] = {"mechanism": "metric_dp", "epsilon_p90": eps}
+    return s
+
+
+@pytest.fixture
+def multirun(tmp_path) -> tuple[Path, pd.DataFrame]:
+    """A 2 (algorithm) x 3 (seed) multirun plus one failed and one killed job."""
+    rng = random.Random(7)
+    root = tmp_path / "multirun"
+    rows, n = [], 0
+    for a in ALGOS:
+        for s in SEEDS:
+            acc, f1 = rng.random(), rng.random()
+            metrics = [{"round": r, "split": "test", "mean": {"accuracy": acc * r / 3}, "bytes_cumulative": r * 1e6}
+                       for r in (1, 2, 3)]
+            make_run(root / str(n), ["dataset=cora", f"algorithm={a}", f"seed={s}"], completed(acc, f1, s), metrics)
+            rows.append({"algorithm": a, "accuracy": acc, "f1_macro": f1})
+            n += 1
+    make_run(root / str(n), ["dataset=cora", "algorithm=fedavg", "seed=3"],
+             {"status": "failed", "error": "DataError: client 2 has no training nodes"})
+    make_run(root / str(n + 1), ["dataset=cora", "algorithm=ce_fedgnn", "seed=3"], {"status": "running"})
+    return root, pd.DataFrame(rows)
+
+
+def test_report_mean_std_match_pandas(multirun):
+    root, expected = multirun
+    rep = build_report(find_runs([root]), metrics=["accuracy", "f1_macro"])
+    assert rep.by == ["algorithm"]          # dataset does not vary, seed is excluded
+    want = expected.groupby("algorithm", sort=False).agg(["mean", "std"])
+    got = rep.table.set_index("algorithm")
+    for a in ALGOS:
+        for m in ("accuracy", "f1_macro"):
+            assert got.loc[a, f"{m}_mean"] == pytest.approx(want.loc[a, (m, "mean")], abs=1e-12)
+            assert got.loc[a, f"{m}_std"] == pytest.approx(want.loc[a, (m, "std")], abs=1e-12)
+        assert got.loc[a, "n"] == 3
+    assert {p.status for p in rep.problems} == {"failed", "running"}
+
+
+def test_report_cli_prints_table_and_lists_failed_runs(multirun, capsys):
+    root, expected = multirun
+    assert main(["report", str(root)]) == 0
+    out = capsys.readouterr().out
+    m = expected[expected.algorithm == "fedavg"].accuracy
+    assert f"| fedavg | 3 | {m.mean():.4f} ± {m.std():.4f} |" in out
+    assert "2 run(s) not in the table" in out
+    assert "client 2 has no training nodes" in out and "[running]" in out
+
+
+def test_report_formats_and_errors(multirun, tmp_path, capsys):
+    root, _ = multirun
+    assert main(["report", str(root), "--format", "csv", "-o", str(tmp_path / "t.csv")]) == 0
+    df = pd.read_csv(tmp_path / "t.csv")
+    assert list(df.algorithm) == ALGOS and "accuracy_mean" in df and "MB_mean" in df
+    assert main(["report", str(root), "--format", "latex"]) == 0
+    assert r"\begin{tabular}" in capsys.readouterr().out
+    assert main(["report", str(root), "--metric", "nope"]) == 2
+    assert "'nope' is in no completed run" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "missing")]) == 2
+
+
+def test_report_shows_privacy_budget(tmp_path, capsys):
+    for i, sigma in enumerate([0.5, 1.0]):
+        make_run(tmp_path / str(i), [f"privacy.sigma0={sigma}"], completed(0.5, 0.4, 0, eps=4.0 / sigma))
+    assert main(["report", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "epsilon_p90" in out and "| 0.5 | 1 | 0.5000 | 8 |" in out
+
+
+def _series(fig) -> int:
+    ax = fig.axes[0]
+    return len(ax.lines) if not ax.containers else len(ax.containers)
+
+
+def test_plots_are_pngs_with_labelled_axes_and_one_series_per_group(multirun, tmp_path):
+    from fgx.report.plots import make_figure, plot
+
+    root, _ = multirun
+    for kind in ("curve", "comm"):
+        out = plot([root], kind=kind, output=str(tmp_path / f"{kind}.png"))
+        assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        fig = make_figure([root], kind=kind)
+        assert _series(fig) == 2
+        assert fig.axes[0].get_xlabel() and fig.axes[0].get_ylabel()
+    sweep = tmp_path / "sweep"
+    for i, (k, s) in enumerate([(k, s) for k in (1, 5, 10) for s in (0, 1)]):
+        for a in ("ce_fedgnn", "fedgnn_st"):
+            make_run(sweep / f"{a}{i}", [f"algorithm={a}", f"algorithm.local_steps={k}", f"seed={s}"],
+                     completed(0.1 * k, 0.2, s))
+    fig = make_figure([sweep], kind="sweep", x="algorithm.local_steps")
+    assert _series(fig) == 2 and fig.axes[0].get_xlabel() == "algorithm.local_steps"
+    out = plot([sweep], kind="sweep", x="algorithm.local_steps", output=str(tmp_path / "s.svg"))
+    assert b"<svg" in out.read_bytes()[:400]
+
+
+def test_plot_errors_are_clear(multirun, capsys):
+    root, _ = multirun
+    assert main(["plot", str(root), "--kind", "sweep"]) == 2
+    assert "--x is required" in capsys.readouterr().err
+    assert main(["plot", str(root), "--kind", "sweep", "--x", "dataset"]) == 2
+    assert "does not vary" in capsys.readouterr().err
+    assert main(["plot", str(root), "--kind", "heatmap"]) == 2
+    assert "collaboration.jsonl" in capsys.readouterr().err
+
+
+def test_report_on_a_real_multirun(tmp_path, monkeypatch, tiny_cfg, capsys):
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "mr"
+    assert main(["run", "-m", *tiny_cfg, "rounds=2", "algorithm=fedavg,local", "seed=0,1",
+                 f"hydra.sweep.dir={sweep}"]) == 0
+    capsys.readouterr()
+    assert main(["report", str(sweep)]) == 0
+    out = capsys.readouterr().out
+    assert "| fedavg | 2 |" in out and "| local | 2 |" in out

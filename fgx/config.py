@@ -137,7 +137,15 @@ class TopParams:
     resume: bool = False
     output: OutputParams = field(default_factory=OutputParams)
     experiment_name: str | None = None
-    logger: str = field(default="none", metadata=spec(choices=["none"]))
+    logger: str = field(default="none", metadata=spec(choices=["none", "tensorboard", "mlflow"]))
+
+    def validate(self, prefix: str) -> None:
+        from fgx.loggers import missing_package
+
+        hint = missing_package(self.logger)
+        if hint:
+            raise ConfigError("logger", self.logger, f"an installed logger (the {self.logger} package is "
+                                                     f"missing: {hint}) or 'none'")
 
 
 GROUP_KEYS = ("dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor")

@@ -21,6 +21,7 @@ from fgx.config import Validated, default_data_dir, validate
 from fgx.data.base import DataEnv
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
+from fgx.loggers import make_logger
 from fgx.metrics import classification_metrics, mean_over_clients, minority_class
 from fgx.outputs import RunDir
 from fgx.partition.base import build_clients, partition_stats
@@ -179,6 +180,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         rd.file("metrics.jsonl").unlink()
 
     progress = Progress(top.rounds, top.output.progress, log, start=start_round - 1)
+    metric_logger = make_logger(top.logger, rd.path, OmegaConf.to_container(cfg, resolve=True),
+                                top.experiment_name)
     t_loop = time.time() - elapsed_before
     last = None
     try:
@@ -203,6 +206,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                                                         for k, val in stats.items()},
                         "mean": m["mean"], "global": m["global"], "per_client": m["per_client"],
                         "bytes_cumulative": cum_bytes, "wall_time_s": time.time() - t_loop})
+                    metric_logger.log(r, split, {**m["mean"], **({f"global_{k}": x for k, x in m["global"].items()}
+                                                                 if m["global"] else {})})
                 last = res
                 val = res.get("val", res.get("test"))["mean"].get(main_metric)
                 if best is None or (val is not None and val == val and val > best["val"]):
@@ -216,6 +221,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
             progress.update(r, status, evaluate)
     finally:
         progress.close()
+        metric_logger.close()
     train_time = time.time() - t_loop
 
     if last is None:   # resumed after the final round: evaluate the restored state

@@ -8,6 +8,7 @@ import importlib
 import os
 import pkgutil
 import sys
+import tempfile
 from pathlib import Path
 
 from fgx.config import ConfigError
@@ -71,6 +72,23 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
             raise SystemExit(f"fgx: {e}{where}") from None
 
 
+def check_output_location(overrides: list[str], multirun: bool) -> None:
+    """Fail before any work when the run/sweep directory cannot be created or written (Hydra would
+    otherwise stop with a traceback, or a job would fail after its training)."""
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    target = next((o.split("=", 1)[1] for o in overrides if o.split("=", 1)[0] == key), "outputs")
+    static = Path(target.split("${", 1)[0] or ".")
+    probe = static if static.is_absolute() else Path.cwd() / static
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise SystemExit(f"fgx: output directory {target}: {probe} is not a directory")
+    try:
+        Path(tempfile.mkdtemp(dir=probe, prefix=".fgx_probe_")).rmdir()
+    except OSError as e:
+        raise SystemExit(f"fgx: output directory {target} is not writable ({probe}: {e.strerror or e})") from None
+
+
 DEFAULT_JOB = ["+experiment=default"]
 
 
@@ -92,6 +110,7 @@ def cmd_run(argv: list[str]) -> int:
     if not passthrough.intersection(argv):
         overrides = [a for a in argv if not a.startswith("-")]
         prevalidate(overrides, multirun)
+        check_output_location(overrides, multirun)
 
     from fgx import trainer
 

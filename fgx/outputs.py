@@ -116,4 +116,10 @@ class RunDir:
         if not p.exists():
             return None
         # weights_only: a checkpoint is data, never code
-        return torch.load(p, map_location="cpu", weights_only=True)
+        try:
+            return torch.load(p, map_location="cpu", weights_only=True)
+        except Exception as e:  # noqa: BLE001 - torch raises UnpicklingError/RuntimeError/EOFError here
+            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise OutputError(f"cannot resume from checkpoint {p}: it is damaged or holds more than tensors and "
+                              f"plain data, and fgx loads checkpoints with weights_only=True, never running code "
+                              f"from them ({first[:200]})") from None

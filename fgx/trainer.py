@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from fgx.config import Validated, default_data_dir, validate
 from fgx.data.base import DataEnv
+from fgx.data.checks import check_clients, check_graph
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.loggers import make_logger
@@ -138,11 +139,13 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     env = DataEnv(data_dir=data_dir, seed=top.seed, log=log)
 
     ds = v.entries["dataset"].obj(v.params["dataset"], env)
+    check_graph(ds, v.names["dataset"])
     info = ds.info
     log.info("dataset %s (%s, %s task): %d nodes, %d edges", info.name, info.source, info.task,
              ds.data.num_nodes, ds.data.edge_index.size(1))
     client_nodes = v.entries["partitioner"].obj(v.params["partitioner"], ds.data, info, top.seed)
     clients = build_clients(ds.data, info, client_nodes)
+    check_clients(clients, info, v.names["partitioner"])
     pstats = partition_stats(ds.data, info, clients)
     rd.write_json("partition.json", pstats)
     log.info("partitioner %s: %d clients, L/S %.2f, %s cross-client edges", v.names["partitioner"],

@@ -63,8 +63,8 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
             cfg = compose(job)
         except MissingConfigException as e:
             raise SystemExit(f"fgx: config error: {e}".rstrip()) from None
-        except (HydraException, OmegaConfBaseException) as e:
-            raise SystemExit(f"fgx: config error: {str(e).strip()}") from None
+        except (HydraException, OmegaConfBaseException, ValueError) as e:
+            raise SystemExit(f"fgx: config error: {str(e).strip()} (overrides: {' '.join(job)})") from None
         try:
             validate(cfg)
         except ConfigError as e:

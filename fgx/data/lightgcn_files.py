@@ -25,8 +25,15 @@ class LightGCNFilesParams:
 
 def read_adjacency_lines(path: Path) -> tuple[np.ndarray, np.ndarray]:
     """(user, item) pairs from ``user item item ...`` lines; a non-integer token names file and line."""
+    try:
+        return _read_adjacency(path)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _read_adjacency(path: Path) -> tuple[np.ndarray, np.ndarray]:
     users, items = [], []
-    with open(path) as f:
+    with open(path, encoding="utf-8") as f:
         for no, line in enumerate(f, 1):
             parts = line.split()
             if not parts:
@@ -38,6 +45,8 @@ def read_adjacency_lines(path: Path) -> tuple[np.ndarray, np.ndarray]:
                                 f"got {line.strip()[:60]!r}") from None
             if any(v < 0 for v in ids):
                 raise DataError(f"{path}, line {no}: negative id")
+            if any(v >= 2**62 for v in ids):
+                raise DataError(f"{path}, line {no}: id too large for an index")
             users.extend([ids[0]] * (len(ids) - 1))
             items.extend(ids[1:])
     return np.asarray(users, dtype=np.int64), np.asarray(items, dtype=np.int64)

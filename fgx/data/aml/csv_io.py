@@ -112,12 +112,21 @@ def read_transactions(path: str | Path) -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: no such file")
+    try:
+        return _read_checked(path)
+    except UnicodeDecodeError as e:
+        raise DataError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+
+
+def _read_checked(path: Path) -> pd.DataFrame:
     _check_header(path)
     try:
         df = pd.read_csv(path, dtype=DTYPES, engine="c")
-    except (ValueError, pd.errors.ParserError):
+    except (ValueError, pd.errors.ParserError) as e:
         _diagnose(path)
-        raise
+        raise DataError(f"{path}: {str(e).splitlines()[0]}") from None
+    if df.empty:
+        raise DataError(f"{path}: no transactions after the header")
     if list(df.columns) != PANDAS_COLUMNS:
         raise DataError(f"{path}: line 1: columns {list(df.columns)} do not match {PANDAS_COLUMNS}")
     for col in ("Account", "Account.1", "Timestamp", "Amount Received", "Amount Paid"):

@@ -1,0 +1,172 @@
+"""Hostile inputs: property-based tests over configs and file loaders, plus the graph-level cases
+(NaN features, clients without training nodes, more clients than nodes, empty files). Every case
+ends in a clear error that names the input (ConfigError / DataError / a `fgx:` message), never a
+traceback from inside torch, and never a half-written run directory."""
+from __future__ import annotations
+
+import json
+import logging
+import string
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from fgx.data.base import DataEnv, DataError
+
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+
+# ------------------------------------------------------------------------------------------ configs
+KEYS = ["rounds", "seed", "eval_every", "device", "main_metric", "output.progress", "output.checkpoint",
+        "partitioner.num_clients", "model.hidden", "model.num_layers", "model.dropout", "algorithm.lr",
+        "algorithm.local_steps", "algorithm.batch_size", "algorithm.fanouts", "algorithm.client_fraction",
+        "dataset.num_nodes", "dataset.homophily", "dataset.train", "dataset.val", "logger", "nonexistent.key",
+        "dataset", "model", "algorithm", "partitioner", "privacy"]
+VALUES = st.one_of(
+    st.integers(min_value=-10**12, max_value=10**12).map(str),
+    st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from(["", "null", "true", "[]", "[1,-2]", "[a, b]", "{}", "{x: 1}", "nan", "-inf", "1e400",
+                     "'quoted'", "cpu", "cuda", "gcn", "fedavg", "metis", "csbm", "${oc.env:NOPE}", "${rounds}"]),
+    st.text(alphabet=string.ascii_letters + string.digits + "_-.:/ ", max_size=12),
+)
+
+
+@FUZZ
+@given(pairs=st.lists(st.tuples(st.sampled_from(KEYS), VALUES), min_size=1, max_size=3))
+def test_any_override_either_validates_or_fails_with_an_fgx_message(pairs):
+    from fgx.cli import prevalidate
+
+    overrides = [f"{k}={v}" for k, v in pairs]
+    try:
+        prevalidate(["dataset=csbm", *overrides], multirun=False)
+    except SystemExit as e:
+        msg = str(e.code)
+        assert msg.startswith("fgx: ") and "Traceback" not in msg, msg
+        assert "config error" in msg or "Could not" in msg or "override" in msg.lower(), msg
+
+
+# ------------------------------------------------------------------------------------------ AML CSV
+AML_HEADER = "Timestamp,From Bank,Account,To Bank,Account,Amount Received,Receiving Currency,Amount Paid," \
+             "Payment Currency,Payment Format,Is Laundering"
+AML_ROW = "2022/09/01 00:20,010,8000EBD30,010,8000EBD30,3697.34,US Dollar,3697.34,US Dollar,Reinvestment,0"
+CELL = st.one_of(st.text(alphabet=string.printable, max_size=8), st.sampled_from(["", "nan", "-1", "1e309", "\x00"]))
+
+
+@FUZZ
+@given(data=st.data())
+def test_malformed_aml_csv_is_a_data_error_naming_the_file(tmp_path_factory, data):
+    from fgx.data.aml.csv_io import read_transactions
+
+    rows = [AML_ROW.split(",") for _ in range(data.draw(st.integers(0, 4)))]
+    for row in rows:
+        for _ in range(data.draw(st.integers(0, 2))):
+            i = data.draw(st.integers(0, len(row) - 1))
+            row[i] = data.draw(CELL).replace(",", ";").replace("\n", " ")
+    lines = [AML_HEADER] + [",".join(r) for r in rows]
+    if data.draw(st.booleans()):
+        lines = lines[: data.draw(st.integers(0, len(lines)))]
+    path = tmp_path_factory.mktemp("aml") / "Trans.csv"
+    path.write_bytes("\n".join(lines).encode("utf-8", "surrogatepass") + data.draw(st.sampled_from([b"", b"\n", b"\xff\xfe"])))
+    try:
+        df = read_transactions(path)
+    except DataError as e:
+        assert str(path) in str(e)
+        return
+    assert 0 < len(df) <= len(rows)
+
+
+# ------------------------------------------------------------------------------------------ ratings
+LINE = st.one_of(
+    st.tuples(st.integers(-5, 10**20), st.integers(-5, 10**20), st.integers(0, 5), st.integers(0, 10**9))
+      .map(lambda t: "\t".join(map(str, t))),
+    st.text(alphabet=string.printable, max_size=30),
+)
+
+
+def _env(tmp: Path) -> DataEnv:
+    return DataEnv(tmp, 0, logging.getLogger("test"))
+
+
+@FUZZ
+@given(lines=st.lists(LINE, max_size=8), tail=st.sampled_from([b"", b"\xff\xfe\x00", b"\n\n"]))
+def test_malformed_ratings_file_is_a_data_error_naming_the_file(tmp_path_factory, lines, tail):
+    from fgx.data.movielens import ML1MParams, load_movielens1m
+
+    d = tmp_path_factory.mktemp("ml")
+    path = d / "ratings.dat"
+    path.write_bytes("\n".join(l.replace("\t", "::") for l in lines).encode() + tail)
+    try:
+        load_movielens1m(ML1MParams(path=str(path)), _env(d))
+    except DataError as e:
+        assert str(path) in str(e) or "dataset." in str(e) or "interaction" in str(e) or "user" in str(e), str(e)
+
+
+@FUZZ
+@given(train=st.lists(st.text(alphabet=string.digits + " -x\t", max_size=20), max_size=6),
+       tail=st.sampled_from([b"", b"\xff\xfe\x00", b"\n"]))
+def test_malformed_lightgcn_files_are_a_data_error_naming_the_file(tmp_path_factory, train, tail):
+    from fgx.data.lightgcn_files import LightGCNFilesParams, load_lightgcn_files
+
+    d = tmp_path_factory.mktemp("lg")
+    (d / "train.txt").write_bytes("\n".join(train).encode() + tail)
+    (d / "test.txt").write_text("0 1\n1 0\n")
+    p = LightGCNFilesParams(train_path=str(d / "train.txt"), test_path=str(d / "test.txt"))
+    try:
+        load_lightgcn_files(p, _env(d))
+    except DataError as e:
+        assert "train.txt" in str(e) or "test.txt" in str(e) or "interaction" in str(e) or "user" in str(e), str(e)
+
+
+# ------------------------------------------------------------------------------------------ graphs
+def _failed(run_dir: Path) -> dict:
+    s = json.loads((run_dir / "summary.json").read_text())
+    assert s["status"] == "failed"
+    assert not list(run_dir.glob(".*.tmp")), "a temporary file was left behind"
+    return s
+
+
+def test_nan_features_are_refused_naming_the_dataset(run_fgx, tiny_cfg, monkeypatch):
+    import fgx.data.csbm as csbm
+
+    real = csbm.csbm_graph
+
+    def poisoned(*a, **k):
+        data = real(*a, **k)
+        data.x[7, 3] = float("nan")
+        return data
+
+    monkeypatch.setattr(csbm, "csbm_graph", poisoned)
+    s = _failed(run_fgx(*tiny_cfg, expect_rc=1))
+    assert s["error"].startswith("DataError") and "'csbm'" in s["error"] and "node 7, column 3" in s["error"]
+
+
+def test_a_client_without_training_nodes_is_refused(run_fgx, tiny_cfg):
+    s = _failed(run_fgx(*tiny_cfg, "dataset.train=0.01", "partitioner.num_clients=12", expect_rc=1))
+    assert s["error"].startswith("DataError") and "hold no training nodes" in s["error"]
+    assert "partitioner.num_clients" in s["error"]
+
+
+def test_more_clients_than_nodes_is_refused(run_fgx, tiny_cfg):
+    s = _failed(run_fgx(*tiny_cfg, "partitioner.num_clients=301", expect_rc=1))
+    assert "num_clients=301" in s["error"] and "300 nodes" in s["error"]
+
+
+def test_edges_outside_the_graph_are_refused():
+    import torch
+    from torch_geometric.data import Data
+
+    from fgx.data.base import DatasetInfo, GraphDataset
+    from fgx.data.checks import check_graph
+
+    data = Data(x=torch.zeros(3, 2), edge_index=torch.tensor([[0, 1], [1, 5]]), y=torch.zeros(3, dtype=torch.long))
+    with pytest.raises(DataError, match=r"'g': edge endpoints must lie in \[0, 3\); found 5"):
+        check_graph(GraphDataset(data, DatasetInfo("g", "node", 2, "accuracy", "generated")), "g")
+    empty = Data(x=torch.zeros(0, 2), edge_index=torch.zeros(2, 0, dtype=torch.long))
+    with pytest.raises(DataError, match="has no nodes"):
+        check_graph(GraphDataset(empty, DatasetInfo("g", "node", 2, "accuracy", "generated")), "g")
+
+
+def test_missing_data_file_is_refused_before_training(run_fgx, tmp_path):
+    s = _failed(run_fgx("dataset=movielens1m", f"dataset.path={tmp_path / 'nope.dat'}",
+                        "partitioner=random_users", "model=lgcn", "algorithm=lpsfed", "rounds=1", expect_rc=1))
+    assert "nope.dat" in s["error"] and "does not exist" in s["error"]

@@ -170,3 +170,19 @@ def test_missing_data_file_is_refused_before_training(run_fgx, tmp_path):
     s = _failed(run_fgx("dataset=movielens1m", f"dataset.path={tmp_path / 'nope.dat'}",
                         "partitioner=random_users", "model=lgcn", "algorithm=lpsfed", "rounds=1", expect_rc=1))
     assert "nope.dat" in s["error"] and "does not exist" in s["error"]
+
+
+@FUZZ
+@given(junk=st.one_of(st.binary(max_size=64), st.sampled_from([b"PK\x03\x04", b"\x93NUMPY"])))
+def test_a_damaged_eigenpair_cache_is_recomputed(tmp_path_factory, junk):
+    import numpy as np
+
+    from fgx.recsys.spectral import cached_eigenpairs
+
+    d = tmp_path_factory.mktemp("eig")
+    users, items = np.array([0, 0, 1, 2, 2]), np.array([0, 1, 1, 0, 2])
+    w0, v0 = cached_eigenpairs(users, items, 3, 3, 2, d)
+    (cache,) = d.glob("eig_*.npz")
+    cache.write_bytes(junk)
+    w, v = cached_eigenpairs(users, items, 3, 3, 2, d)
+    assert np.allclose(w, w0) and v.shape == v0.shape

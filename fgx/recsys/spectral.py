@@ -50,8 +50,13 @@ def cached_eigenpairs(users: np.ndarray, items: np.ndarray, num_users: int, num_
         h.update(arr.tobytes())
     path = Path(cache_dir) / f"eig_{h.hexdigest()[:20]}.npz" if cache_dir is not None else None
     if path is not None and path.exists():
-        z = np.load(path)
-        return z["w"], z["v"]
+        try:
+            with np.load(path) as z:        # allow_pickle stays False: a cache is data, never code
+                w, v = z["w"], z["v"]
+            if w.shape == (v.shape[1],) and v.shape[0] == num_users + num_items:
+                return w, v
+        except Exception:  # noqa: BLE001 - a damaged cache (truncated, foreign file) is recomputed
+            pass
     w, v = lowest_eigenpairs(bipartite_laplacian(users, items, num_users, num_items), k)
     if path is not None:
         path.parent.mkdir(parents=True, exist_ok=True)

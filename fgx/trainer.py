@@ -251,7 +251,9 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "peak_rss_mb": peak_rss_mb(),
         "total_bytes": comm["total_bytes"],
         "privacy": privacy.headline(),
-        "data": {"name": info.name, "source": info.source, "task": info.task, **info.extra},
+        # scalar facts only: long lists (e.g. PNA's degree histogram) stay out of the summary
+        "data": {"name": info.name, "source": info.source, "task": info.task,
+                 **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None}},
         "components": dict(v.names),
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
         "seed": top.seed,

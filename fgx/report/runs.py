@@ -117,6 +117,9 @@ def metric_values(summary: dict) -> dict[str, float]:
     best = summary.get("best") or {}
     if isinstance(best.get("val"), (int, float)):
         out["best_val"] = float(best["val"])
+    for k, v in (best.get("test") or {}).items():       # test metrics at the best validation round
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"best_{k}"] = float(v)
     for k, v in (summary.get("privacy") or {}).items():
         if k.startswith("epsilon") and isinstance(v, (int, float)):
             out[k] = float(v)

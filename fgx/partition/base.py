@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from fgx.data.base import DataError, DatasetInfo
-from fgx.homophily import edge_homophily
+from fgx.homophily import adjusted_homophily, edge_homophily, node_homophily
 
 NODE_MASKS = ("train_mask", "val_mask", "test_mask")
 EDGE_KEYS = ("edge_attr", "edge_y", "edge_train_mask", "edge_val_mask", "edge_test_mask")
@@ -107,6 +107,8 @@ def client_stats(c: ClientData, info: DatasetInfo, undirected: bool) -> dict:
         if info.num_classes > 0:
             s["label_counts"] = torch.bincount(y.clamp(min=0), minlength=info.num_classes).tolist()
             s["edge_homophily"] = edge_homophily(d.edge_index, d.y)
+            s["node_homophily"] = node_homophily(d.edge_index, d.y)
+            s["adjusted_homophily"] = adjusted_homophily(d.edge_index, d.y)
         for m in NODE_MASKS:
             if getattr(d, m, None) is not None:
                 s[m.replace("_mask", "")] = int(getattr(d, m).sum())

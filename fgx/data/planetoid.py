@@ -16,7 +16,8 @@ RAW = [f"ind.{{}}.{s}" for s in ("x", "y", "tx", "ty", "allx", "ally", "graph", 
 class PlanetoidParams:
     dataset: str = field(default="Cora", metadata=spec(choices=["Cora", "CiteSeer", "PubMed"]))
     split: str = field(default="random", metadata=spec(
-        choices=["random", "public"], help="random: train/val/test fractions; public: Planetoid's split"))
+        choices=["random", "public", "full"],
+        help="random: train/val/test fractions; public: Planetoid's split; full: Planetoid's val/test, every other node trains"))
     train: float = field(default=0.2, metadata=spec(gt=0.0, max=1.0))
     val: float = field(default=0.4, metadata=spec(min=0.0, max=1.0))
     normalize_features: bool = False
@@ -33,7 +34,7 @@ def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
     if not have_raw:
         env.log.info("Planetoid %s not found under %s: PyG will download it", p.dataset, env.data_dir)
     transform = T.NormalizeFeatures() if p.normalize_features else None
-    ds = Planetoid(str(root), p.dataset, transform=transform)
+    ds = Planetoid(str(root), p.dataset, split="full" if p.split == "full" else "public", transform=transform)
     data = ds[0]
     if p.split == "random":
         data.train_mask, data.val_mask, data.test_mask = random_split(data.num_nodes, p.train, p.val, env.seed)

@@ -114,17 +114,29 @@ def cmd_run(argv: list[str]) -> int:
 
     from fgx import trainer
 
+    # launchers such as joblib run jobs in other processes: failed jobs are also noted in a file
+    fd, failed_file = tempfile.mkstemp(prefix="fgx_failed_jobs_", suffix=".txt")
+    os.close(fd)
+    os.environ["FGX_FAILED_JOBS_FILE"] = failed_file
+
     def job(cfg):
         hc = HydraConfig.get()
         summary = trainer.run(cfg, hc.runtime.output_dir, multirun=multirun)
         if summary.get("status") != "completed":
             FAILED_JOBS.append(hc.runtime.output_dir)
+            with open(os.environ.get("FGX_FAILED_JOBS_FILE", failed_file), "a") as f:
+                f.write(hc.runtime.output_dir + "\n")
             return None
         _print_summary(summary)
         return summary.get("best", {}).get("val") if summary.get("best") else None
 
     sys.argv = ["fgx run"] + argv
-    hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(job)()
+    try:
+        hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(job)()
+    finally:
+        noted = Path(failed_file).read_text().splitlines() if Path(failed_file).exists() else []
+        FAILED_JOBS.extend(d for d in noted if d not in FAILED_JOBS)
+        Path(failed_file).unlink(missing_ok=True)
     if FAILED_JOBS:
         print(f"fgx: {len(FAILED_JOBS)} job(s) failed; see summary.json in: " + ", ".join(FAILED_JOBS),
               file=sys.stderr)

@@ -26,6 +26,7 @@ from fgx.recsys.bipartite import client_interactions
 from fgx.recsys.metrics import popularity_groups, ranking_metrics
 from fgx.recsys.spectral import (anchor_graph, bipartite_laplacian, cached_eigenpairs, kl_divergence,
                                  lowest_eigenpairs, lowpass_distribution, minmax_similarity)
+from fgx.recsys.training import sample_negatives
 from fgx.registry import ALGORITHMS
 
 
@@ -50,20 +51,6 @@ class LPSFedParams:
     kl_eps: float = field(default=1e-10, metadata=spec(gt=0.0))
     warmup_rounds: int = field(default=2, metadata=spec(min=0, help="rounds without server mixing"))
     top_k: int = field(default=20, metadata=spec(min=1))
-
-
-def sample_negatives(known: torch.Tensor, users: torch.Tensor, count: int, g: torch.Generator) -> torch.Tensor:
-    """``count`` uniform items per user in ``users`` that the user has not interacted with in
-    training (``known`` is the client's dense [M, N] train matrix; clashes are resampled up to ten
-    times, what still clashes after that is kept, a negligible share)."""
-    users = users[:, None].expand(-1, count)
-    neg = torch.randint(known.size(1), users.shape, generator=g)
-    for _ in range(10):
-        clash = known[users, neg]
-        if not clash.any():
-            break
-        neg[clash] = torch.randint(known.size(1), (int(clash.sum()),), generator=g)
-    return neg
 
 
 class RankingClient:
@@ -101,7 +88,7 @@ def client_train(state: RankingClient, p: LPSFedParams, seed: int) -> float:
             else:
                 bias_pos = model.pop_cos(u, i)
                 bias_neg = model.pop_cos(u[:, None].expand_as(j), j)
-                m_ui = losses.bc_margin(bias_pos, losses.angle(cos_pos.detach()), p.gamma)
+                m_ui = losses.bc_margin(bias_pos, losses.angle(cos_pos), p.gamma)
                 margin = losses.refined_margin(m_ui, state.margin_context, p.omega)
                 loss = (1 - p.lambda_bias) * losses.bc_loss(cos_pos, cos_neg, margin, p.tau) \
                     + p.lambda_bias * losses.bias_loss(bias_pos, bias_neg, p.tau)

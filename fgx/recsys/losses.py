@@ -32,9 +32,10 @@ def bias_loss(cos_bias_pos: torch.Tensor, cos_bias_neg: torch.Tensor, tau: float
 
 
 def bc_margin(cos_bias_pos: torch.Tensor, pos_angle: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Eq. 8: M_ui = min(γ ξ̂_ui, π - R̂_ui) (the bias branch is detached: the margin steers the main
-    embeddings, the bias encoders learn from Eq. 7)."""
-    return torch.minimum(gamma * angle(cos_bias_pos.detach()), math.pi - pos_angle)
+    """Eq. 8: M_ui = min(γ ξ̂_ui, π - R̂_ui). No stop-gradient (the paper has none, nor the authors'
+    code): the popularity encoders also learn through the margin, and on the π - R̂ branch the
+    positive angle keeps a gradient (1 - ω)·… instead of sitting on the clamp at π."""
+    return torch.minimum(gamma * angle(cos_bias_pos), math.pi - pos_angle)
 
 
 def bc_loss(cos_pos: torch.Tensor, cos_neg: torch.Tensor, margin: torch.Tensor, tau: float) -> torch.Tensor:

@@ -60,16 +60,29 @@ class ExactPropagator:
         self.n, self.F = self.x.shape
         self.r_max = 0.0
         self.deg = np.asarray(self.adj.sum(1)).ravel()
-        self.Z = exact_propagation(self.adj, self.x, self.weights)
+        self._z = exact_propagation(self.adj, self.x, self.weights)
+        self.deferred = False    # True: changes only mark Z stale; it is recomputed when next read
+        self._stale = False
+
+    @property
+    def Z(self) -> np.ndarray:
+        if self._stale:
+            self._z = exact_propagation(self.current_adjacency(), self.x, self.weights)
+            self._stale = False
+        return self._z
 
     _positions = GPRPropagator._positions
     edges = GPRPropagator.edges
     incident_edges = GPRPropagator.incident_edges
     current_adjacency = GPRPropagator.current_adjacency
-    embedding = GPRPropagator.embedding
+
+    def embedding(self) -> np.ndarray:
+        return self.Z
 
     def _recompute(self) -> np.ndarray:
-        self.Z = exact_propagation(self.current_adjacency(), self.x, self.weights)
+        self._stale = True
+        if not self.deferred:
+            self.Z
         return np.arange(self.n)
 
     def remove_edges(self, edges) -> np.ndarray:

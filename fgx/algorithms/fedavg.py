@@ -33,6 +33,7 @@ def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: 
 @ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge"))
 class FedAvg(Algorithm):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
+    client_fn = staticmethod(client_update)   # subclasses (FedProx) swap the client side
 
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)
@@ -52,7 +53,7 @@ class FedAvg(Algorithm):
         p, ch = self.params, self.ctx.channel
         chosen = [self.states[i] for i in self.sample_clients(r)]
         gw = ch.broadcast("global_weights", flat_params(self.global_model), [s.cid for s in chosen], r)
-        results = self.ctx.executor.map(client_update, chosen, gw, p, round_seed(self.ctx.seed, r))
+        results = self.ctx.executor.map(type(self).client_fn, chosen, gw, p, round_seed(self.ctx.seed, r))
         deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
         weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
         if sum(weights) == 0:

@@ -241,3 +241,19 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
 def test_unlearning_needs_the_certified_model(run_fgx, tiny_cfg):
     with pytest.raises(SystemExit, match="algorithm.name.*certified_lr"):
         run_fgx(*tiny_cfg, "unlearning=scalegun")
+
+
+def test_fgx_run_baselines_and_adversarial_edges(run_fgx, tiny_cfg):
+    over = [o for o in tiny_cfg if not o.startswith(("rounds", "model."))] + ["algorithm=certified_lr", "rounds=1"]
+    cgu = json.loads((run_fgx(*over, "unlearning=cgu", "unlearning.requests.type=feature",
+                              "unlearning.requests.num_requests=3") / "unlearning.json").read_text())
+    assert cgu["method"] == "cgu" and all(r["residue_norm"] == 0.0 for r in cgu["requests"])
+    retrain = json.loads((run_fgx(*over, "unlearning=retrain", "unlearning.retrain_every=2",
+                                  "unlearning.requests.num_requests=4") / "unlearning.json").read_text())
+    assert [r["retrained"] for r in retrain["requests"]] == [False, True, False, True]
+    assert retrain["requests"][0]["test_accuracy"] is None and retrain["summary"]["retrain_count"] == 2
+    adv = json.loads((run_fgx(*over, "unlearning=scalegun", "unlearning.requests.selection=adversarial",
+                              "unlearning.requests.num_add=30", "unlearning.requests.batch_size=10",
+                              "unlearning.requests.num_requests=3") / "unlearning.json").read_text())
+    assert adv["setup"]["injected_edges"] == 30
+    assert {"clean_test_accuracy", "accuracy_recovery"} <= set(adv["summary"])

@@ -60,3 +60,14 @@ def test_node_algorithm_on_ranking_data_is_refused(run_fgx, ml_root):
 def test_lpsfed_requires_lgcn(run_fgx, ml_root):
     with pytest.raises(SystemExit, match="model"):
         run_fgx("+experiment=lpsfed_table1_ml100k", "dataset.download=false", f"data_dir={ml_root}", "model=gcn")
+
+
+def test_bc_margin_gradient_switch():
+    from fgx.recsys import losses
+    bias = torch.tensor([0.3, -0.2], requires_grad=True)
+    ang = torch.tensor([2.9, 0.5], requires_grad=True)      # first pair on the π - R̂ branch, second on γξ̂
+    losses.bc_margin(bias, ang, 1.0).sum().backward()
+    assert ang.grad[0] == -1 and ang.grad[1] == 0 and bias.grad[1] != 0 and bias.grad[0] == 0
+    bias.grad = ang.grad = None
+    m = losses.bc_margin(bias, ang, 1.0, grad=False)
+    assert not m.requires_grad

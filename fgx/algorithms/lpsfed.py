@@ -43,6 +43,8 @@ class LPSFedParams:
     gamma: float = field(default=0.1, metadata=spec(min=0.0, help="margin strength γ (Eq. 8)"))
     omega: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="weight of the server margin (Eq. 15)"))
     lambda_bias: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="weight of L_bias (Eq. 7)"))
+    margin_grad: bool = field(default=True, metadata=spec(
+        help="gradient through the margin (Eq. 8, paper and code); false: margin detached (fgx before issue #7's fix)"))
     personalize: bool = field(default=True, metadata=spec(help="false: ρ̄ = 1, plain averaging (FedAvg)"))
     federate: bool = field(default=True, metadata=spec(help="false: no communication (Local)"))
     anchor: str = field(default="gnmk", metadata=spec(choices=["gnmk", "er"]))
@@ -88,7 +90,7 @@ def client_train(state: RankingClient, p: LPSFedParams, seed: int) -> float:
             else:
                 bias_pos = model.pop_cos(u, i)
                 bias_neg = model.pop_cos(u[:, None].expand_as(j), j)
-                m_ui = losses.bc_margin(bias_pos, losses.angle(cos_pos), p.gamma)
+                m_ui = losses.bc_margin(bias_pos, losses.angle(cos_pos), p.gamma, p.margin_grad)
                 margin = losses.refined_margin(m_ui, state.margin_context, p.omega)
                 loss = (1 - p.lambda_bias) * losses.bc_loss(cos_pos, cos_neg, margin, p.tau) \
                     + p.lambda_bias * losses.bias_loss(bias_pos, bias_neg, p.tau)

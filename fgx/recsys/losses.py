@@ -31,10 +31,14 @@ def bias_loss(cos_bias_pos: torch.Tensor, cos_bias_neg: torch.Tensor, tau: float
     return softmax_pos_loss(cos_bias_pos / tau, cos_bias_neg / tau)
 
 
-def bc_margin(cos_bias_pos: torch.Tensor, pos_angle: torch.Tensor, gamma: float) -> torch.Tensor:
-    """Eq. 8: M_ui = min(γ ξ̂_ui, π - R̂_ui). No stop-gradient (the paper has none, nor the authors'
-    code): the popularity encoders also learn through the margin, and on the π - R̂ branch the
-    positive angle keeps a gradient (1 - ω)·… instead of sitting on the clamp at π."""
+def bc_margin(cos_bias_pos: torch.Tensor, pos_angle: torch.Tensor, gamma: float,
+              grad: bool = True) -> torch.Tensor:
+    """Eq. 8: M_ui = min(γ ξ̂_ui, π - R̂_ui). With ``grad`` (the paper has no stop-gradient, nor the
+    authors' code) the popularity encoders also learn through the margin, and on the π - R̂ branch
+    the positive angle keeps a gradient of ω instead of sitting on the clamp at π; ``grad=False``
+    detaches both branches (the margin is a constant of the step)."""
+    if not grad:
+        cos_bias_pos, pos_angle = cos_bias_pos.detach(), pos_angle.detach()
     return torch.minimum(gamma * angle(cos_bias_pos), math.pi - pos_angle)
 
 

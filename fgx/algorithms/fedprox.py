@@ -1,0 +1,40 @@
+"""FedProx (Li et al., MLSys 2020): FedAvg whose local objective adds the proximal term
+(mu/2)·||w - w_global||² over the model parameters, keeping local models near the global one.
+mu = 0 is FedAvg exactly (tests/test_baselines.py)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from fgx.algorithms.base import LocalTrainParams
+from fgx.algorithms.fedavg import FedAvg, FedAvgParams, client_update
+from fgx.config import spec
+from fgx.registry import ALGORITHMS
+
+
+@dataclass
+class FedProxParams(FedAvgParams):
+    mu: float = field(default=0.01, metadata=spec(min=0.0, help="proximal coefficient mu"))
+
+
+def proximal_term(state):
+    """(mu/2)·||w - w_global||² with w_global fixed at the weights the round started from.
+    Module-level so that executors can pickle the client state that refers to it."""
+    anchor, mu = state.extra["prox_anchor"], state.extra["prox_mu"]
+    total = 0.0
+    for name, w in state.model.named_parameters():
+        total = total + ((w - anchor[name]) ** 2).sum()
+    return 0.5 * mu * total
+
+
+def prox_client_update(state, global_weights: dict, p: FedProxParams, round_seed: int):
+    """FedAvg's client update with the proximal term added to the local loss."""
+    names = {n for n, _ in state.model.named_parameters()}
+    state.extra["prox_anchor"] = {k: v.detach().clone() for k, v in global_weights.items() if k in names}
+    state.extra["prox_mu"] = p.mu
+    state.extra["extra_loss"] = proximal_term
+    return client_update(state, global_weights, p, round_seed)
+
+
+@ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge"))
+class FedProx(FedAvg):
+    client_fn = staticmethod(prox_client_update)

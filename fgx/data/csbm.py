@@ -23,6 +23,9 @@ class CsbmParams:
     train: float = field(default=0.2, metadata=spec(gt=0.0, max=1.0))
     val: float = field(default=0.4, metadata=spec(min=0.0, max=1.0))
     graph_seed: int | None = None   # None: the run's seed
+    features_public: bool = field(default=False, metadata=spec(
+        help="declare the node features public: lets methods whose messages carry raw or summed features "
+             "(FedGCN, ce_fedgnn remote_layer0=raw) run; the channel refuses them otherwise"))
 
 
 def csbm_graph(n: int, c: int, f: int, avg_degree: float, homophily: float, signal: float,
@@ -60,5 +63,6 @@ def load_csbm(p: CsbmParams, env: DataEnv) -> GraphDataset:
                       p.feature_signal, gseed)
     data.train_mask, data.val_mask, data.test_mask = random_split(p.num_nodes, p.train, p.val, env.seed)
     info = DatasetInfo(name="csbm", task="node", num_classes=p.num_classes, main_metric="accuracy",
-                       source="generated", extra={"graph_seed": gseed, "homophily": p.homophily})
+                       source="generated", extra={"graph_seed": gseed, "homophily": p.homophily},
+                       features_public=p.features_public)
     return GraphDataset(data, info)

@@ -21,6 +21,9 @@ class PlanetoidParams:
     train: float = field(default=0.2, metadata=spec(gt=0.0, max=1.0))
     val: float = field(default=0.4, metadata=spec(min=0.0, max=1.0))
     normalize_features: bool = False
+    features_public: bool = field(default=False, metadata=spec(
+        help="declare the node features public: lets methods whose messages carry raw or summed features "
+             "(FedGCN, ce_fedgnn remote_layer0=raw) run; the channel refuses them otherwise"))
 
 
 @DATASETS.register("planetoid", params=PlanetoidParams, task="node")
@@ -39,5 +42,6 @@ def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
     if p.split == "random":
         data.train_mask, data.val_mask, data.test_mask = random_split(data.num_nodes, p.train, p.val, env.seed)
     info = DatasetInfo(name=p.dataset.lower(), task="node", num_classes=ds.num_classes, main_metric="accuracy",
-                       source="real", extra={"root": str(root), "split": p.split})
+                       source="real", extra={"root": str(root), "split": p.split},
+                       features_public=p.features_public)
     return GraphDataset(data, info)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -102,8 +103,36 @@ DEVICE_PATH = ["dataset=csbm", "dataset.num_nodes=240", "dataset.num_features=8"
 @pytest.mark.parametrize("setup", [
     ["algorithm=fedavg", "privacy=dp_fedavg", "algorithm.weighting=uniform", "algorithm.batch_size=16", "algorithm.fanouts=[5,5]"],
     ["algorithm=ce_fedgnn", "privacy=metric_dp"],
-], ids=["fedavg_dp_sampler", "ce_fedgnn_metric_dp"])
+    ["algorithm=certified_lr", "unlearning=scalegun", "rounds=1", "unlearning.requests.num_requests=2",
+     "unlearning.requests.batch_size=2"],
+], ids=["fedavg_dp_sampler", "ce_fedgnn_metric_dp", "certified_lr_scalegun"])
 def test_device_end_to_end(run_fgx, device, setup):
-    s = summary(run_fgx(*DEVICE_PATH, *setup, f"device={device}"))
+    """The same path on every device: models, fgx's sampler, privacy noise, unlearning."""
+    run = run_fgx(*DEVICE_PATH, *setup, f"device={device}")
+    s = summary(run)
     assert s["status"] == "completed", s.get("error")
+    if "unlearning=scalegun" in setup:
+        assert len(json.loads((run / "unlearning.json").read_text())["requests"]) == 2
     assert all(v == v for v in s["final"].values() if v is not None)
+
+
+HAS_OPTUNA_SWEEPER = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
+
+
+@pytest.mark.skipif(not HAS_OPTUNA_SWEEPER, reason="hydra-optuna-sweeper is not installed (pip install -e '.[optuna]')")
+def test_optuna_objective_is_the_runs_validation_metric(tmp_path, monkeypatch, tiny_cfg):
+    import yaml
+
+    monkeypatch.chdir(tmp_path)
+    sweep = tmp_path / "sweep"
+    rc = main(["run", "-m", "hydra/sweeper=optuna", "hydra.sweeper.n_trials=2", "hydra.sweeper.direction=maximize",
+               "hydra.sweeper.sampler.seed=0", *tiny_cfg, "rounds=2", "algorithm.lr=interval(0.001, 0.1)",
+               f"hydra.sweep.dir={sweep}"])
+    assert rc == 0
+    result = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    runs = [summary(d) for d in sweep.iterdir() if (d / "summary.json").exists()]
+    assert len(runs) == 2 and len({r["best"]["val"] for r in runs} | {None}) >= 2
+    best = max(runs, key=lambda r: r["best"]["val"])
+    assert result["best_value"] == pytest.approx(best["best"]["val"])
+    overrides = (Path(best["run_dir"]) / ".hydra" / "overrides.yaml").read_text()
+    assert f"algorithm.lr={result['best_params']['algorithm.lr']}" in overrides

@@ -24,7 +24,8 @@ TASK_CFG = {
                 "dataset.mean_degree=12", "partitioner=random_users", "partitioner.num_clients=3", "model=lgcn"],
 }
 # algorithm-specific extras for the tiny run (a model it needs, fewer local steps)
-ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=lightgcn"]}
+ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=lightgcn"],
+                                 "fedgcn": ["dataset.features_public=true"]}   # its feature sums are raw
 
 
 def presets() -> list[tuple[str, str, str]]:

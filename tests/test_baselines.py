@@ -19,6 +19,18 @@ def recorded(monkeypatch):
     from fgx.federation.channel import Channel
 
     seen = {"sent": []}
+    real_graph, real_clients = trainer.check_graph, trainer.check_clients
+
+    def grab_graph(ds, name):
+        seen["data"] = ds.data
+        return real_graph(ds, name)
+
+    def grab_clients(clients, info, name):
+        seen["clients"] = clients
+        return real_clients(clients, info, name)
+
+    monkeypatch.setattr(trainer, "check_graph", grab_graph)
+    monkeypatch.setattr(trainer, "check_clients", grab_clients)
 
     class RecordingChannel(Channel):
         def __init__(self, messages, **kw):
@@ -38,9 +50,13 @@ def _keys(payload) -> set[str]:
     return set()
 
 
-@pytest.mark.parametrize("algo", ["fedprox", "fedper"])
+ONE_ROUND = {"fedprox": [], "fedper": [], "fedgcn": ["dataset.features_public=true", "algorithm.hops=1"],
+             "gcfl": []}
+
+
+@pytest.mark.parametrize("algo", sorted(ONE_ROUND))
 def test_one_round_runs(algo, run_fgx, tiny_cfg):
-    run = run_fgx(*tiny_cfg, f"algorithm={algo}", "rounds=1")
+    run = run_fgx(*tiny_cfg, f"algorithm={algo}", *ONE_ROUND[algo], "rounds=1")
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "completed" and 0.0 <= s["final"]["accuracy"] <= 1.0
     assert json.loads((run / "comm.json").read_text())["total_bytes"] > 0
@@ -82,3 +98,49 @@ def test_fedper_head_never_leaves_a_client(recorded, run_fgx, tiny_cfg):
     # the heads are personal: clients end with different heads, the same base
     k = sorted(head)[0]
     assert not torch.equal(models[0][k], models[1][k])
+
+
+def test_fedgcn_sends_the_aggregates_once_and_they_are_right(recorded, run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=fedgcn", "algorithm.hops=2", "dataset.features_public=true", "rounds=2")
+    comm = json.loads((run / "comm.json").read_text())
+    n = len(recorded["clients"])
+    assert comm["messages"]["neighbour_sums"] == n and comm["messages"]["aggregated_features"] == n
+    for r, kinds in comm["per_round"].items():       # only in the setup exchange (round 0)
+        assert ("neighbour_sums" in kinds) == (r == "0") and ("aggregated_features" in kinds) == (r == "0")
+    # what each client received is (A + I) X of the global graph on its own nodes and its halo
+    data = recorded["data"]
+    agg = data.x.float().clone().index_add_(0, data.edge_index[1], data.x.float()[data.edge_index[0]])
+    got = [(dst, p) for k, p, src, dst, _ in recorded["sent"] if k == "aggregated_features"]
+    assert len(got) == n
+    for dst, p in got:
+        c = recorded["clients"][dst]
+        assert torch.allclose(p, agg[torch.cat([c.nodes, c.halo])], atol=1e-5)
+
+
+def test_fedgcn_refuses_private_features_and_hops0_sends_nothing_extra(run_fgx, tiny_cfg):
+    failed = run_fgx(*tiny_cfg, "algorithm=fedgcn", "rounds=1", expect_rc=1)
+    err = json.loads((failed / "summary.json").read_text())["error"]
+    assert "dataset.features_public" in err
+    run = run_fgx(*tiny_cfg, "algorithm=fedgcn", "algorithm.hops=0", "rounds=1")
+    assert set(json.loads((run / "comm.json").read_text())["totals"]) == {"global_weights", "update"}
+
+
+def test_gcfl_clusters_partition_the_clients(run_fgx, tiny_cfg):
+    n = 5
+    run = run_fgx(*tiny_cfg, "algorithm=gcfl", f"partitioner.num_clients={n}", "rounds=3", "algorithm.eps1=100",
+                  "algorithm.eps2=0", "algorithm.warmup_rounds=0")
+    rows = [json.loads(l) for l in (run / "gcfl_clusters.jsonl").read_text().splitlines()]
+    assert len(rows) == 3
+    for row in rows:
+        members = [c for cl in row["clusters"] for c in cl]
+        assert sorted(members) == list(range(n)) and all(row["clusters"])
+    assert len(rows[-1]["clusters"]) > 1           # the forced split conditions did split
+
+
+def test_gcfl_min_cut_separates_opposite_updates():
+    from fgx.algorithms.gcfl import min_cut_bipartition
+
+    u = torch.tensor([[1.0, 0.0], [0.9, 0.1], [1.0, 0.05], [-1.0, 0.0], [-0.9, -0.1]])
+    sim = torch.nn.functional.cosine_similarity(u[:, None], u[None], dim=-1)
+    a, b = min_cut_bipartition(sim)
+    assert {tuple(a), tuple(b)} == {(0, 1, 2), (3, 4)}

@@ -197,34 +197,33 @@ class RequestProcessor:
                "clients": sorted(int(c) for c in req), "propagation_s": prop_s}
         newton_s = retrain_s = 0.0
         retrained = False
-        if self.newton:
+        t1 = time.perf_counter()
+        step = server.newton_step(delta, p.solver, p.certificate.residue_norm, self.spectral)
+        self.spectral = step["spectral_vector"]
+        self.beta = self.beta + step["unlearning_term"]
+        approx = 2 * C1 * step["residue_norm"] if p.certificate.include_approx_term else 0.0
+        if p.certificate.include_train_residual:
+            approx = approx + server.train_residual
+        newton_s = time.perf_counter() - t1
+        bound = self.beta + approx
+        if np.any(bound > self.budget):
             t1 = time.perf_counter()
-            step = server.newton_step(delta, p.solver, p.certificate.residue_norm, self.spectral)
-            self.spectral = step["spectral_vector"]
-            self.beta = self.beta + step["unlearning_term"]
-            approx = 2 * C1 * step["residue_norm"] if p.certificate.include_approx_term else 0.0
-            if p.certificate.include_train_residual:
-                approx = approx + server.train_residual
-            newton_s = time.perf_counter() - t1
-            bound = self.beta + approx
-            if np.any(bound > self.budget):
-                t1 = time.perf_counter()
-                self.retrain()          # fresh noise, current embeddings, no re-propagation
-                retrain_s = time.perf_counter() - t1
-                self.beta[:] = 0.0
-                self.retrains += 1
-                retrained = True
-            else:
-                server.W = server.W + step["v"]
-                server.broadcast("weights", server.W)
-            approx = np.broadcast_to(np.asarray(approx, dtype=np.float64), self.beta.shape)
-            row.update({"z_norm": step["z_norm"], "newton_norm": float(step["v_norm"].max()),
-                        "prediction_change_norm": float(step["zv_norm"].max()),
-                        "unlearning_term": float(step["unlearning_term"].max()),
-                        "bound": float(bound.max()), "beta": float(self.beta.max()),
-                        "approx_term": float(approx.max()), "residue_norm": step["residue_norm"],
-                        "cg_iterations": step["cg_iterations"],
-                        "budget_left": float(self.budget - (self.beta + approx).max())})
+            self.retrain()          # fresh noise, current embeddings, no re-propagation
+            retrain_s = time.perf_counter() - t1
+            self.beta[:] = 0.0
+            self.retrains += 1
+            retrained = True
+        else:
+            server.W = server.W + step["v"]
+            server.broadcast("weights", server.W)
+        approx = np.broadcast_to(np.asarray(approx, dtype=np.float64), self.beta.shape)
+        row.update({"z_norm": step["z_norm"], "newton_norm": float(step["v_norm"].max()),
+                    "prediction_change_norm": float(step["zv_norm"].max()),
+                    "unlearning_term": float(step["unlearning_term"].max()),
+                    "bound": float(bound.max()), "beta": float(self.beta.max()),
+                    "approx_term": float(approx.max()), "residue_norm": step["residue_norm"],
+                    "cg_iterations": step["cg_iterations"],
+                    "budget_left": float(self.budget - (self.beta + approx).max())})
         row.update({"newton_s": newton_s, "retrain_s": retrain_s, "retrained": retrained,
                     "retrain_count": self.retrains, "total_s": time.perf_counter() - t0,
                     "test_accuracy": server.accuracy("test"), "exchanges": server.exchanges - ex0})

@@ -21,6 +21,8 @@ class PlanetoidParams:
     train: float = field(default=0.2, metadata=spec(gt=0.0, max=1.0))
     val: float = field(default=0.4, metadata=spec(min=0.0, max=1.0))
     normalize_features: bool = False
+    lcc: bool = field(default=False, metadata=spec(help="keep the largest connected component (FED-PUB/FedGSP)"))
+    split_seed: int | None = field(default=None, metadata=spec(help="seed of the random split; null: the run's seed"))
     features_public: bool = field(default=False, metadata=spec(
         help="declare the node features public: lets methods whose messages carry raw or summed features "
              "(FedGCN, ce_fedgnn remote_layer0=raw) run; the channel refuses them otherwise"))
@@ -36,11 +38,13 @@ def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
     root = staged_root(env.data_dir, p.dataset, raw_files) if have_raw else env.data_dir
     if not have_raw:
         env.log.info("Planetoid %s not found under %s: PyG will download it", p.dataset, env.data_dir)
-    transform = T.NormalizeFeatures() if p.normalize_features else None
+    steps = ([T.LargestConnectedComponents()] if p.lcc else []) + ([T.NormalizeFeatures()] if p.normalize_features else [])
+    transform = T.Compose(steps) if steps else None
     ds = Planetoid(str(root), p.dataset, split="full" if p.split == "full" else "public", transform=transform)
     data = ds[0]
     if p.split == "random":
-        data.train_mask, data.val_mask, data.test_mask = random_split(data.num_nodes, p.train, p.val, env.seed)
+        data.train_mask, data.val_mask, data.test_mask = random_split(
+            data.num_nodes, p.train, p.val, env.seed if p.split_seed is None else p.split_seed)
     info = DatasetInfo(name=p.dataset.lower(), task="node", num_classes=ds.num_classes, main_metric="accuracy",
                        source="real", extra={"root": str(root), "split": p.split},
                        features_public=p.features_public)

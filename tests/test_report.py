@@ -145,3 +145,22 @@ def test_report_on_a_real_multirun(tmp_path, monkeypatch, tiny_cfg, capsys):
     assert main(["report", str(sweep)]) == 0
     out = capsys.readouterr().out
     assert "| fedavg | 2 |" in out and "| local | 2 |" in out
+
+
+def test_heatmap_and_unlearning_plots_read_what_the_methods_write(tmp_path):
+    from fgx.report.plots import make_figure
+
+    run = make_run(tmp_path / "gsp", ["algorithm=fedgsp"], completed(0.5, 0.4, 0))
+    rows = [{"round": r, "optimised": True, "W": [[0.5, 0.5], [0.2, 0.8]], "W_K": [[[1, 0], [0, 1]]] * 3,
+             "similarity": [[1, 0.1], [0.1, 1]], "heterogeneity": 0.3} for r in (1, 2)]
+    (run / "fedgsp_graphs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = make_figure([run], kind="heatmap")
+    assert [ax.get_title() for ax in fig.axes if ax.images] == ["W (round 2)", "similarity (round 2)"]
+
+    unl = make_run(tmp_path / "unl", ["unlearning=scalegun"], completed(0.8, 0.7, 0))
+    reqs = [{"request": i, "test_accuracy": 0.8 - 0.001 * i} for i in range(1, 6)]
+    (unl / "unlearning.json").write_text(json.dumps({"requests": reqs, "summary": {"batch_size": 25}}))
+    fig = make_figure([unl], kind="unlearning")
+    line = fig.axes[0].lines[0]
+    assert list(line.get_xdata()) == [25, 50, 75, 100, 125]
+    assert list(line.get_ydata()) == pytest.approx([0.799, 0.798, 0.797, 0.796, 0.795])

@@ -16,7 +16,7 @@ KINDS = {
     "privacy": "epsilon against a swept noise key (--x, default the varying key naming sigma)",
     "comm": "metric against cumulative MB communicated",
     "unlearning": "accuracy against number of removed items (unlearning.json)",
-    "heatmap": "the last recorded matrices of collaboration.jsonl (e.g. FedGSP's collaboration graphs)",
+    "heatmap": "the last recorded client-by-client matrices (FedGSP's collaboration graphs, fedgsp_graphs.jsonl)",
 }
 
 
@@ -137,10 +137,12 @@ def _unlearning_series(runs: list[Run]):
         f = r.path / "unlearning.json"
         if not f.exists():
             raise ReportError(f"{r.path}: no unlearning.json (run with unlearning=<method>)")
-        reqs = json.loads(f.read_text()).get("requests") or []
+        unl = json.loads(f.read_text())
+        reqs = unl.get("requests") if isinstance(unl.get("requests"), list) else []
+        batch = int((unl.get("summary") or {}).get("batch_size") or 1)
         removed = 0
-        for i, q in enumerate(reqs):
-            removed = q.get("removed_total", removed + q.get("removed", 1))
+        for q in reqs:
+            removed = q.get("removed_total", removed + q.get("removed", batch))
             acc = q.get("accuracy", q.get("test_accuracy"))
             if acc is not None:
                 per_x[float(removed)].append(float(acc))
@@ -148,11 +150,14 @@ def _unlearning_series(runs: list[Run]):
     return xs, [float(np.mean(per_x[v])) for v in xs]
 
 
+HEATMAP_SOURCES = ("collaboration.jsonl", "fedgsp_graphs.jsonl")
+
+
 def _heatmap(run: Run, plt):
-    rows = _read_jsonl(run.path / "collaboration.jsonl")
+    rows = next((r for r in (_read_jsonl(run.path / n) for n in HEATMAP_SOURCES) if r), None)
     if not rows:
-        raise ReportError(f"{run.path}: no collaboration.jsonl (an algorithm that records collaboration "
-                          f"matrices, e.g. fedgsp, writes it)")
+        raise ReportError(f"{run.path}: no collaboration matrices ({' or '.join(HEATMAP_SOURCES)}; "
+                          f"algorithms that record them, e.g. fedgsp, write them)")
     last = rows[-1]
     mats = {k: np.asarray(v, dtype=float) for k, v in last.items()
             if isinstance(v, list) and np.asarray(v, dtype=object).ndim == 2}

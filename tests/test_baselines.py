@@ -51,7 +51,7 @@ def _keys(payload) -> set[str]:
 
 
 ONE_ROUND = {"fedprox": [], "fedper": [], "fedgcn": ["dataset.features_public=true", "algorithm.hops=1"],
-             "gcfl": []}
+             "gcfl": [], "fedpub": []}
 
 
 @pytest.mark.parametrize("algo", sorted(ONE_ROUND))
@@ -144,3 +144,32 @@ def test_gcfl_min_cut_separates_opposite_updates():
     sim = torch.nn.functional.cosine_similarity(u[:, None], u[None], dim=-1)
     a, b = min_cut_bipartition(sim)
     assert {tuple(a), tuple(b)} == {(0, 1, 2), (3, 4)}
+
+
+def test_fedpub_weights_are_a_distribution(run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=fedpub", "rounds=2")
+    rows = [json.loads(l) for l in (run / "fedpub_weights.jsonl").read_text().splitlines()]
+    assert len(rows) == 2
+    for row in rows:
+        W = torch.tensor(row["W"])
+        assert W.shape == (3, 3) and (W >= 0).all()
+        assert torch.allclose(W.sum(1), torch.ones(3), atol=1e-5)
+    totals = json.loads((run / "comm.json").read_text())["totals"]
+    assert set(totals) == {"proxy_graph", "personalised_weights", "weights", "functional_embedding"}
+
+
+def test_fedpub_similarity_weights_formula():
+    from fgx.algorithms.fedpub import similarity_weights
+
+    e = torch.tensor([[1.0, 0.0], [0.0, 2.0], [1.0, 1.0]])
+    n = torch.tensor([10, 20, 30])
+    W = similarity_weights(e, n, tau=3.0)
+    cos = torch.nn.functional.cosine_similarity(e[:, None], e[None], dim=-1)
+    raw = torch.exp(3.0 * cos) * n[None, :]
+    assert torch.allclose(W, raw / raw.sum(1, keepdim=True), atol=1e-6)
+
+
+def test_fedpub_refuses_clients_too_large_for_full_batch(run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=fedpub", "algorithm.max_client_nodes=10", "rounds=1", expect_rc=1)
+    err = json.loads((run / "summary.json").read_text())["error"]
+    assert "algorithm.max_client_nodes" in err and "full batch" in err

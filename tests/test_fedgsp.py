@@ -1,0 +1,187 @@
+"""FedGSP pieces: Algorithm 1's angle property, the W update (Newton = simplex projection, rows on
+the simplex), R/S on the simplex, homophily measures on hand-made graphs, overlapping METIS, and a
+one-round run on a tiny generated graph."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+from fgx.algorithms.fedgsp import (inverse_weighting, laplacian, newton_rows, optimise_graph,
+                                   personalised_average, simplex_projection, w_update, FedGSPParams)
+from fgx.homophily import adjusted_homophily, edge_homophily, node_homophily
+from fgx.models.unifilter import propagation_matrix, unifilter_bases
+
+
+def _graph(n=120, p=0.06, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    a = (torch.rand(n, n, generator=g) < p).triu(1)
+    ei = a.nonzero().T
+    return torch.cat([ei, ei.flip(0)], 1), torch.rand(n, 8, generator=g, dtype=torch.float64)
+
+
+@pytest.mark.parametrize("variant", ["appendix", "column"])
+@pytest.mark.parametrize("hhat", [0.2, 0.5, 0.9])
+def test_heterophily_bases_keep_the_angle(variant, hhat):
+    ei, x = _graph()
+    lp = propagation_matrix(ei, x.size(0))
+    _, het, _ = unifilter_bases(x, lp, 5, hhat, 0.5, variant)
+    cos = math.cos(math.pi / 2 * (1 - hhat))
+    for i in range(len(het)):
+        for j in range(i + 1, len(het)):
+            if variant == "appendix":
+                assert float((het[i] * het[j]).sum()) == pytest.approx(cos, abs=1e-6)
+                assert float(het[j].norm()) == pytest.approx(1.0, abs=1e-9)
+            else:   # every feature channel is its own signal
+                torch.testing.assert_close((het[i] * het[j]).sum(0), torch.full((8,), cos, dtype=torch.float64),
+                                           atol=1e-6, rtol=0)
+
+
+def test_code_variant_mixes_homophily_basis_with_tau():
+    ei, x = _graph()
+    lp = propagation_matrix(ei, x.size(0))
+    hom, het, mixed = unifilter_bases(x, lp, 3, 0.7, 0.9, "code")
+    torch.testing.assert_close(hom[0], lp @ x)
+    torch.testing.assert_close(mixed[2], 0.9 * hom[1] + 0.1 * het[2])
+    assert torch.equal(mixed[0], x)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_newton_equals_simplex_projection(seed):
+    g = torch.Generator().manual_seed(seed)
+    m = 3 + seed % 9
+    t = torch.randn(m, m, generator=g, dtype=torch.float64) * (0.1 + seed)
+    gamma = 0.3 + seed / 7
+    w_newton, _ = w_update(t, gamma, torch.zeros(m, dtype=torch.float64), "converge")
+    w_proj, _ = w_update(t, gamma, torch.zeros(m, dtype=torch.float64), "projection")
+    torch.testing.assert_close(w_newton, w_proj, atol=1e-9, rtol=0)
+    assert (w_newton >= 0).all()
+    torch.testing.assert_close(w_newton.sum(1), torch.ones(m, dtype=torch.float64))
+
+
+def test_simplex_projection_is_the_nearest_point():
+    g = torch.Generator().manual_seed(1)
+    v = torch.randn(6, 5, generator=g, dtype=torch.float64)
+    w = simplex_projection(v)
+    for _ in range(200):   # no random simplex point is closer
+        z = torch.distributions.Dirichlet(torch.ones(5, dtype=torch.float64)).sample((6,))
+        assert ((w - v) ** 2).sum(1).le(((z - v) ** 2).sum(1) + 1e-12).all()
+
+
+def test_optimised_graph_rows_on_simplex_and_r_s_on_simplex():
+    g = torch.Generator().manual_seed(3)
+    m, k, f = 6, 2, 5
+    p_desc = torch.randn(m, k * f, generator=g, dtype=torch.float64)
+    q_desc = torch.randn(m, k * f, generator=g, dtype=torch.float64)
+    w0 = torch.full((m, m), 1.0 / (m - 1), dtype=torch.float64).fill_diagonal_(0)
+    lap = laplacian(w0)
+    for d in (p_desc, q_desc):
+        r = inverse_weighting(d, lap, 1.0)
+        assert (r >= 0).all() and float(r.sum()) == pytest.approx(1.0)
+    for solver in ("converge", "projection"):
+        params = FedGSPParams(w_solver=solver)
+        w, _, sim = optimise_graph(w0, torch.zeros(m, dtype=torch.float64), p_desc, q_desc, k, params)
+        assert (w >= 0).all()
+        torch.testing.assert_close(w.sum(1), torch.ones(m, dtype=torch.float64))
+        assert sim.shape == (m, m)
+    # a single warm Newton step from the converged b̂ stays there
+    t = torch.randn(m, m, generator=g, dtype=torch.float64)
+    w1, b1 = w_update(t, 1.0, torch.zeros(m, dtype=torch.float64), "converge")
+    w2, _ = newton_rows(1.0 / m - t / 2 + t.sum(1, keepdim=True) / (2 * m), b1, 1)
+    torch.testing.assert_close(w1, w2)
+
+
+def test_personalised_average_uses_order_graphs_for_combination():
+    m, order = 3, 2
+    weights = [{"comb_weight": torch.full((1, order + 1, 4), float(i)), "mlp.0.weight": torch.full((2, 2), float(i))}
+               for i in range(m)]
+    w = torch.eye(m, dtype=torch.float64)
+    w_k = torch.stack([torch.full((m, m), 1.0 / m, dtype=torch.float64), torch.eye(m, dtype=torch.float64)[[1, 2, 0]]])
+    out = personalised_average(weights, w, w_k)
+    assert float(out[2]["mlp.0.weight"][0, 0]) == 2.0            # overall graph = identity
+    assert float(out[2]["comb_weight"][0, 0, 0]) == 2.0          # order 0 follows the overall graph
+    assert float(out[2]["comb_weight"][0, 1, 0]) == pytest.approx(1.0)   # order 1: uniform mean of 0,1,2
+    assert float(out[2]["comb_weight"][0, 2, 0]) == 0.0          # order 2: client 2 takes client 0
+
+
+def test_homophily_measures_on_hand_made_graphs():
+    def und(pairs):
+        ei = torch.tensor(pairs).T
+        return torch.cat([ei, ei.flip(0)], 1)
+    # path 0-1-2 with labels 0,0,1
+    ei, y = und([(0, 1), (1, 2)]), torch.tensor([0, 0, 1])
+    assert edge_homophily(ei, y) == pytest.approx(0.5)
+    assert node_homophily(ei, y) == pytest.approx((1 + 0.5 + 0) / 3)
+    # p(0) = 3/4, p(1) = 1/4 -> sum p^2 = 5/8; (1/2 - 5/8) / (3/8) = -1/3
+    assert adjusted_homophily(ei, y) == pytest.approx(-1 / 3)
+    # perfectly homophilous two cliques -> 1; bipartite (all edges across classes, balanced) -> -1
+    ei = und([(0, 1), (2, 3)])
+    assert adjusted_homophily(ei, torch.tensor([0, 0, 1, 1])) == pytest.approx(1.0)
+    ei = und([(0, 2), (1, 3), (0, 3), (1, 2)])
+    assert adjusted_homophily(ei, torch.tensor([0, 0, 1, 1])) == pytest.approx(-1.0)
+    assert edge_homophily(ei, torch.tensor([0, 0, 1, 1])) == 0.0
+    # unlabelled (-1) endpoints are ignored: only edge 0-1 (labels 0, 1) counts -> -1
+    assert adjusted_homophily(und([(0, 1), (1, 2)]), torch.tensor([0, 1, -1])) == pytest.approx(-1.0)
+    assert node_homophily(und([(0, 1), (1, 2)]), torch.tensor([0, 1, -1])) == pytest.approx(0.0)
+
+
+def test_metis_overlapping_half_parts():
+    from fgx.partition.metis import metis_parts
+    from fgx.partition.metis_overlapping import MetisOverlappingParams, metis_overlapping
+    from torch_geometric.data import Data
+
+    ei, x = _graph(n=300, p=0.03, seed=2)
+    data = Data(x=x.float(), edge_index=ei, num_nodes=300)
+    p = MetisOverlappingParams(num_clients=10)
+    clients = metis_overlapping(p, data, None, seed=0)
+    assert len(clients) == 10
+    parts = torch.from_numpy(metis_parts(ei, 300, 2, 0))
+    for i, nodes in enumerate(clients):
+        part = int(parts[nodes[0]])
+        assert (parts[nodes] == part).all()                       # inside one METIS part
+        assert nodes.numel() == int((parts == part).sum()) // 2   # half of it
+        assert nodes.unique().numel() == nodes.numel()
+    assert not torch.equal(clients[0], clients[1])                # different half-samples
+
+
+def test_metis_overlapping_needs_a_multiple_of_five(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match="partitioner.num_clients=7"):
+        run_fgx(*tiny_cfg, "partitioner=metis_overlapping", "partitioner.num_clients=7")
+
+
+def test_fedgsp_one_round_on_a_tiny_graph(run_fgx):
+    run = run_fgx("dataset=hetero_homophily", "dataset.num_communities=5", "dataset.nodes_per_community=60",
+                  "dataset.num_features=8", "partitioner=by_community", "model=unifilter", "model.K=3",
+                  "model.hidden=16", "algorithm=fedgsp", "algorithm.k_principal=2", "rounds=1", "eval_every=1")
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["status"] == "completed"
+    graphs = [json.loads(line) for line in (run / "fedgsp_graphs.jsonl").read_text().splitlines()]
+    assert len(graphs) == 1 and graphs[0]["optimised"]
+    w = torch.tensor(graphs[0]["W"])
+    assert w.shape == (5, 5) and (w >= 0).all()
+    assert torch.tensor(graphs[0]["W_K"]).shape == (3, 5, 5)
+    assert "complementarity_ratio" in graphs[0] and "heterogeneity" in graphs[0]
+    comm = json.loads((run / "comm.json").read_text())
+    assert comm["totals"].get("spectral_descriptors", 0) > 0 and comm["totals"].get("model", 0) > 0
+    part = json.loads((run / "partition.json").read_text())
+    h = [c["edge_homophily"] for c in part["clients"]]
+    assert h[0] < 0.35 and h[-1] > 0.75                           # per-client homophily spread
+    assert all("adjusted_homophily" in c and "node_homophily" in c for c in part["clients"])
+
+
+def test_fedgsp_refuses_other_models(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match="unifilter"):
+        run_fgx(*tiny_cfg, "algorithm=fedgsp")
+
+
+def test_minesweeper_offline_roc_auc_and_near_zero_adjusted_homophily(data_root):
+    import logging
+    from fgx.data.base import DataEnv
+    from fgx.data.heterophilous import HeterophilousParams, load_heterophilous
+
+    ds = load_heterophilous(HeterophilousParams(), DataEnv(data_root, 0, logging.getLogger("t")))
+    assert ds.data.num_nodes == 10_000 and ds.info.main_metric == "roc_auc"
+    assert abs(adjusted_homophily(ds.data.edge_index, ds.data.y)) < 0.05
+    assert int(ds.data.train_mask.sum()) == 2000

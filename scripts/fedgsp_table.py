@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     ap.add_argument("--algorithms", default=",".join(ALGORITHMS))
     ap.add_argument("--out", default="outputs/fedgsp_tables")
     ap.add_argument("overrides", nargs="*", help="extra fgx overrides for every job (e.g. rounds=20)")
-    a = ap.parse_args(argv)
+    a = ap.parse_intermixed_args(argv)
     from fgx.cli import main as fgx_main
 
     out = Path(a.out) / a.preset

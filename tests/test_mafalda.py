@@ -110,3 +110,38 @@ def test_pndp_command(capsys):
     import json
     out = json.loads(capsys.readouterr().out)
     assert out["nodes"] == 15 and out["by_distance"][0]["distance"] == 1
+
+
+DECENTRAL = ["dataset=diabetes", "partitioner=topology", "partitioner.graph=florentine", "model=mlp_tabular",
+             "model.hidden=8", "algorithm.k=2", "algorithm.b=2", "rounds=4", "eval_every=4", "output.progress=off"]
+
+
+def test_dp_dsgd_run_counts_gossip_messages_and_accounts(run_fgx):
+    import json
+    rd = run_fgx("algorithm=dp_dsgd", "algorithm.mu=1.0", *DECENTRAL)
+    summ = json.loads((rd / "summary.json").read_text())
+    assert summ["status"] == "completed" and summ["final"]["mse"] == summ["final"]["mse"]
+    comm = json.loads((rd / "comm.json").read_text())
+    g = build_graph(TopologyParams(graph="florentine"))
+    assert comm["messages"]["model"] == 2 * g.number_of_edges() * 4
+    acc = json.loads((rd / "mf_privacy.jsonl").read_text().splitlines()[0])
+    assert acc["sens2"] == pytest.approx(2.0) and acc["epsilon"] == pytest.approx(4.8866, abs=1e-3)
+
+
+def test_noise_free_dsgd_is_deterministic_and_rounds_are_checked(run_fgx):
+    import json
+    a = json.loads((run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json").read_text())["final"]["mse"]
+    b = json.loads((run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json").read_text())["final"]["mse"]
+    assert a == b
+    with pytest.raises(SystemExit, match="rounds"):
+        run_fgx("algorithm=mafalda_sgd", *DECENTRAL[:-2], "rounds=5")
+
+
+def test_per_sample_clipping_bounds_each_gradient():
+    import torch
+    from fgx.decentral.runtime import clip_and_average
+    g = torch.randn(3, 7, 5) * 10
+    out = clip_and_average(g, 1.0)
+    assert (out.norm(dim=-1) <= 1.0 + 1e-5).all()
+    small = torch.full((1, 2, 4), 0.01)
+    assert torch.allclose(clip_and_average(small, 1.0), small.mean(1))

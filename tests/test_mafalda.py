@@ -102,7 +102,7 @@ def test_pndp_florentine_by_distance():
     for d, r in rows.items():
         if d >= 3:
             assert r["max"] * 10 < ldp
-    assert all(r["cyffers_rdp"]["mean"] >= r["rdp"]["mean"] for r in t["by_distance"])
+    assert all(r["cyffers_rdp"]["mean"] >= r["rdp"]["mean"] * (1 - 1e-9) for r in t["by_distance"])
 
 
 def test_secldp_secrets_reduce_loss_against_ldp():

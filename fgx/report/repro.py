@@ -14,6 +14,7 @@ Each reproducible preset ``conf/experiment/NAME.yaml`` has a targets file ``conf
     ordering:                   # expected order of group means, best first (a >= b >= ...)
       - {key: algorithm, order: [ce_fedgnn, fedgnn_st, ce_fedgnn_no_sharing]}
     plot: {kind: sweep, x: algorithm.local_steps}   # figures: also written beside the table
+    command: python scripts/x_table.py              # only when one Hydra sweep cannot express the runs
 
 Presets whose YAML holds an ``accounting:`` block (CE-FedGNN Tables 6/7) are pure arithmetic: the
 targets give ``paper_values`` (one list per row, one value per σ column) and a ``tolerance``.
@@ -227,6 +228,9 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
     out = Path(out) if out else Path("outputs") / "repro" / name / _stamp()
     if t["accounting"] is not None:
         return run_accounting(name, t, out)
+    if existing is None and t.get("command"):
+        raise ReportError(f"{name} is reproduced by `{t['command']}` (its runs pair settings a single Hydra sweep "
+                          f"cannot); run that, then compare with: fgx repro {name} --from <its output directory>")
     if existing is None:
         from fgx.cli import cmd_run
         cmd_run(["-m", f"+experiment={name}", f"hydra.sweep.dir={out}", *(overrides or [])])
@@ -260,7 +264,7 @@ def reproduction_markdown(conf: Path) -> str:
         out += [f"## {paper}", ""]
         rows = []
         for _, item, name, t in sorted(papers[paper], key=lambda e: e[1]):
-            rows.append([item, t.get("data", "?"), t.get("status", "?"), t.get("measured", "").replace("|", "/"),
-                         f"`fgx repro {name}`"])
+            cmd = f"`{t['command']}`" if t.get("command") else f"`fgx repro {name}`"
+            rows.append([item, t.get("data", "?"), t.get("status", "?"), t.get("measured", "").replace("|", "/"), cmd])
         out += [to_markdown(["item", "data", "status", "last measured", "command"], rows), ""]
     return "\n".join(out)

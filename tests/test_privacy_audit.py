@@ -27,7 +27,8 @@ TASK_CFG = {
 }
 # algorithm-specific extras for the tiny run (a model it needs, fewer local steps)
 ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=lightgcn"],
-                                 "fedgcn": ["dataset.features_public=true"]}   # its feature sums are raw
+                                 "fedgcn": ["dataset.features_public=true"],   # its feature sums are raw
+                                 "fedgsp": ["model=unifilter"]}
 
 
 def presets() -> list[tuple[str, str, str]]:

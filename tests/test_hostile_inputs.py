@@ -186,3 +186,104 @@ def test_a_damaged_eigenpair_cache_is_recomputed(tmp_path_factory, junk):
     cache.write_bytes(junk)
     w, v = cached_eigenpairs(users, items, 3, 3, 2, d)
     assert np.allclose(w, w0) and v.shape == v0.shape
+
+
+# ------------------------------------------------------------------------------------------ edge lists
+EDGE_LINE = st.one_of(
+    st.tuples(st.integers(0, 30), st.integers(0, 30)).map(lambda t: f"{t[0]} {t[1]}"),
+    st.text(alphabet=string.digits + string.ascii_letters + " \t#.-{}", max_size=16),
+)
+
+
+@FUZZ
+@given(lines=st.lists(EDGE_LINE, max_size=10), tail=st.sampled_from([b"", b"\xff\xfe\x00", b"\n"]))
+def test_malformed_edge_list_is_an_error_naming_the_file(tmp_path_factory, lines, tail):
+    from fgx.config import ConfigError
+    from fgx.decentral.topology import read_edgelist
+
+    path = tmp_path_factory.mktemp("el") / "graph.edges"
+    path.write_bytes("\n".join(lines).encode() + tail)
+    try:
+        g = read_edgelist(str(path))
+    except DataError as e:
+        assert str(path) in str(e) and "partitioner.edgelist_path" in str(e), str(e)
+        return
+    except ConfigError as e:
+        assert "partitioner.edgelist_path" in str(e), str(e)
+        return
+    # accepted: then every non-comment line was exactly an edge and the graph is their largest component
+    assert g.number_of_nodes() >= 2 and g.number_of_edges() >= 1
+
+
+def test_edge_list_line_with_one_id_is_refused_not_skipped(tmp_path):
+    from fgx.decentral.topology import read_edgelist
+
+    path = tmp_path / "g.edges"
+    path.write_text("0 1\n1 2\n7\n2 0\n")
+    with pytest.raises(DataError, match=r"g\.edges, line 3: expected two node ids"):
+        read_edgelist(str(path))
+    path.write_text("0 1 0.5\n# comment\n1 2   # trailing\n")
+    assert sorted(read_edgelist(str(path)).edges()) == [("0", "1"), ("1", "2")]
+
+
+# ------------------------------------------------------------------------------------------ tabular CSV
+CSV_CELL = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=32).map(repr),
+                     st.sampled_from(["", "nan", "x", "1e400", "-", "1,2"]))
+
+
+@FUZZ
+@given(rows=st.lists(st.lists(CSV_CELL, min_size=1, max_size=4), max_size=6),
+       tail=st.sampled_from([b"", b"\xff\xfe\x00", b"\n"]))
+def test_malformed_tabular_csv_is_a_data_error_naming_the_file(tmp_path_factory, rows, tail):
+    from fgx.data.tabular import TabularParams, load_housing
+
+    d = tmp_path_factory.mktemp("csv")
+    path = d / "housing.csv"
+    path.write_bytes(("a,b,c\n" + "\n".join(",".join(r) for r in rows)).encode() + tail)
+    try:
+        ds = load_housing(TabularParams(path=str(path)), _env(d))
+    except DataError as e:
+        assert str(path) in str(e), str(e)
+        return
+    assert torch_finite(ds.data.x) and torch_finite(ds.data.y)
+
+
+def test_tabular_csv_error_names_line_and_column(tmp_path):
+    from fgx.data.tabular import TabularParams, load_housing
+
+    path = tmp_path / "h.csv"
+    path.write_text("f1,f2,target\n1,2,3\n4,oops,6\n7,8,9\n")
+    with pytest.raises(DataError, match=r"h\.csv, line 3, column 2 \('f2'\): 'oops' is not a finite number"):
+        load_housing(TabularParams(path=str(path)), _env(tmp_path))
+
+
+def torch_finite(t) -> bool:
+    import torch
+
+    return bool(torch.isfinite(t).all())
+
+
+# ------------------------------------------------------------------------------------------ ecosystem loaders
+@pytest.mark.parametrize("junk", [b"", b"PK\x03\x04 not a zip", b"\x93NUMPY\x01\x00garbage"])
+def test_damaged_npz_of_a_pyg_dataset_is_a_data_error_naming_it(tmp_path, junk):
+    """PyG's HeterophilousGraphDataset reads <root>/minesweeper/raw/minesweeper.npz with numpy;
+    a damaged file must not surface as numpy's traceback."""
+    from fgx.data.heterophilous import HeterophilousParams, load_heterophilous
+
+    raw = tmp_path / "minesweeper" / "raw"
+    raw.mkdir(parents=True)
+    (raw / "minesweeper.npz").write_bytes(junk)
+    with pytest.raises(DataError, match=r"dataset 'Minesweeper': could not load the files under .*minesweeper"):
+        load_heterophilous(HeterophilousParams(), _env(tmp_path))
+    assert not (tmp_path / "minesweeper" / "processed" / "data.pt").exists()
+
+
+def test_damaged_planetoid_raw_file_is_a_data_error_naming_it(tmp_path):
+    from fgx.data.planetoid import RAW, PlanetoidParams, load_planetoid
+
+    raw = tmp_path / "Cora" / "raw"
+    raw.mkdir(parents=True)
+    for r in RAW:
+        (raw / r.format("cora")).write_bytes(b"not a pickle")
+    with pytest.raises(DataError, match=r"dataset 'Cora': could not load the files under .*Cora"):
+        load_planetoid(PlanetoidParams(), _env(tmp_path))

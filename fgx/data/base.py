@@ -42,6 +42,21 @@ class DataError(ValueError):
     """A data file or generated graph that cannot be used; the message names the input."""
 
 
+def load_ecosystem(name: str, folder: Path, build):
+    """Run a PyG/OGB dataset constructor (``build()``, which returns the dataset object). A damaged
+    raw or processed file, or a failed download, surfaces there as an error from deep inside
+    numpy, pickle or torch; turn it into a DataError that names the dataset and its folder."""
+    try:
+        return build()
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear message
+        detail = str(e).strip().splitlines()[-1][:200] if str(e).strip() else ""
+        raise DataError(f"dataset {name!r}: could not load the files under {folder} ({type(e).__name__}: {detail}). "
+                        f"If they are damaged, delete that folder (raw/ and processed/) so the loader downloads "
+                        f"them again, or copy intact files there") from e
+
+
 def random_split(num_items: int, train: float, val: float, seed: int) -> tuple[torch.Tensor, ...]:
     """Boolean train/val/test masks over ``num_items`` items from a seeded permutation."""
     if not (0 < train < 1 and 0 <= val < 1 and train + val < 1):

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, random_split, staged_root
+from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, load_ecosystem, random_split, staged_root
 from fgx.registry import DATASETS
 
 NAMES = ["Roman-empire", "Amazon-ratings", "Minesweeper", "Tolokers", "Questions"]
@@ -34,7 +34,7 @@ def load_heterophilous(p: HeterophilousParams, env: DataEnv) -> GraphDataset:
     root = staged_root(env.data_dir, folder, raw) if have_raw else env.data_dir
     if not have_raw:
         env.log.info("%s not found under %s: PyG will download it", p.dataset, env.data_dir)
-    ds = HeterophilousGraphDataset(str(root), p.dataset)
+    ds = load_ecosystem(p.dataset, root / folder, lambda: HeterophilousGraphDataset(str(root), p.dataset))
     data = ds[0]
     if p.split == "random":
         seed = env.seed if p.split_seed is None else p.split_seed

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fgx.config import ConfigError, spec
-from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, random_split
+from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, load_ecosystem, random_split
 from fgx.registry import DATASETS
 
 
@@ -27,7 +27,8 @@ def load_ogbn_arxiv(p: OgbnArxivParams, env: DataEnv) -> GraphDataset:
     import torch
     import torch_geometric.transforms as T
 
-    ds = PygNodePropPredDataset("ogbn-arxiv", root=str(env.data_dir))
+    ds = load_ecosystem("ogbn-arxiv", env.data_dir / "ogbn_arxiv",
+                        lambda: PygNodePropPredDataset("ogbn-arxiv", root=str(env.data_dir)))
     data = ds[0]
     data.y = data.y.view(-1)
     if p.split == "official":

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, random_split, staged_root
+from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, load_ecosystem, random_split, staged_root
 from fgx.registry import DATASETS
 
 RAW = [f"ind.{{}}.{s}" for s in ("x", "y", "tx", "ty", "allx", "ally", "graph", "test.index")]
@@ -40,7 +40,8 @@ def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
         env.log.info("Planetoid %s not found under %s: PyG will download it", p.dataset, env.data_dir)
     steps = ([T.LargestConnectedComponents()] if p.lcc else []) + ([T.NormalizeFeatures()] if p.normalize_features else [])
     transform = T.Compose(steps) if steps else None
-    ds = Planetoid(str(root), p.dataset, split="full" if p.split == "full" else "public", transform=transform)
+    ds = load_ecosystem(p.dataset, root / p.dataset, lambda: Planetoid(
+        str(root), p.dataset, split="full" if p.split == "full" else "public", transform=transform))
     data = ds[0]
     if p.split == "random":
         data.train_mask, data.val_mask, data.test_mask = random_split(

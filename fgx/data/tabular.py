@@ -42,6 +42,31 @@ def _as_dataset(x: np.ndarray, y: np.ndarray, p: TabularParams, env: DataEnv, na
     return GraphDataset(data, info)
 
 
+def read_numeric_csv(f: Path) -> tuple[np.ndarray, np.ndarray]:
+    """A header row, then rows of numbers: feature columns, the target last. Any cell that is not
+    a finite number is a DataError naming the file, line and column."""
+    import pandas as pd
+
+    if not f.is_file():
+        raise DataError(f"dataset.path: {f} does not exist")
+    try:
+        df = pd.read_csv(f, dtype=str, keep_default_na=False, encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"dataset.path: {f} is not UTF-8 text (byte {e.start})") from None
+    except (pd.errors.ParserError, pd.errors.EmptyDataError) as e:
+        raise DataError(f"dataset.path: {f}: {str(e).strip().splitlines()[-1]}") from None
+    if df.shape[1] < 2 or len(df) < 2:
+        raise DataError(f"dataset.path: {f} needs a header and at least 2 rows of >= 2 columns "
+                        f"(features then the target); found {len(df)} rows x {df.shape[1]} columns")
+    values = df.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
+    bad = ~np.isfinite(values)
+    if bad.any():
+        r, c = map(int, np.argwhere(bad)[0])
+        raise DataError(f"dataset.path: {f}, line {r + 2}, column {c + 1} ({df.columns[c]!r}): "
+                        f"{df.iat[r, c]!r} is not a finite number")
+    return values[:, :-1], values[:, -1]
+
+
 @DATASETS.register("diabetes", params=TabularParams, task="regression")
 def load_diabetes(p: TabularParams, env: DataEnv) -> GraphDataset:
     from sklearn.datasets import load_diabetes as sk_load
@@ -53,13 +78,8 @@ def load_diabetes(p: TabularParams, env: DataEnv) -> GraphDataset:
 @DATASETS.register("housing", params=TabularParams, task="regression")
 def load_housing(p: TabularParams, env: DataEnv) -> GraphDataset:
     if p.path:
-        f = Path(p.path).expanduser()
-        if not f.exists():
-            raise DataError(f"dataset.path: {f} does not exist")
-        arr = np.genfromtxt(f, delimiter=",", skip_header=1)
-        if arr.ndim != 2 or arr.shape[1] < 2 or not np.isfinite(arr).all():
-            raise DataError(f"dataset.path: {f} must be a numeric CSV with a header, features then the target")
-        return _as_dataset(arr[:, :-1], arr[:, -1], p, env, "housing", {"origin": str(f)})
+        x, y = read_numeric_csv(Path(p.path).expanduser())
+        return _as_dataset(x, y, p, env, "housing", {"origin": str(Path(p.path).expanduser())})
     from sklearn.datasets import fetch_california_housing
 
     d = fetch_california_housing(data_home=str(env.data_dir / "sklearn"))

@@ -12,6 +12,7 @@ import networkx as nx
 import numpy as np
 
 from fgx.config import ConfigError, spec
+from fgx.data.base import DataError
 
 GRAPHS = ("florentine", "karate", "les_miserables", "davis", "erdos_renyi", "random_regular", "ring",
           "path", "grid", "torus", "star", "complete", "edgelist")
@@ -82,13 +83,37 @@ def build_graph(p: TopologyParams) -> nx.Graph:
 
 
 def read_edgelist(path: str) -> nx.Graph:
+    """Two node ids per line (an optional numeric third column, e.g. a weight, is ignored); ``#``
+    starts a comment. Parsed here rather than with ``nx.read_edgelist``, which silently skips a
+    line with one id and ignores anything after the second, so a damaged file would give a
+    different graph without a word."""
     f = Path(path).expanduser()
-    if not f.exists():
+    if not f.is_file():
         raise ConfigError("partitioner.edgelist_path", path, "an existing edge-list file")
-    g = nx.read_edgelist(f, nodetype=str, data=False)
-    if g.number_of_nodes() < 2:
-        raise ConfigError("partitioner.edgelist_path", path, "an edge list with at least one edge")
+    try:
+        text = f.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise DataError(f"partitioner.edgelist_path: {f} is not UTF-8 text (byte {e.start})") from None
+    g = nx.Graph()
+    for lineno, line in enumerate(text.splitlines(), 1):
+        tokens = line.split("#", 1)[0].split()
+        if not tokens:
+            continue
+        if len(tokens) not in (2, 3) or (len(tokens) == 3 and not _is_number(tokens[2])):
+            raise DataError(f"partitioner.edgelist_path: {f}, line {lineno}: expected two node ids "
+                            f"(and an optional number), got {line.strip()[:80]!r}")
+        if tokens[0] != tokens[1]:
+            g.add_edge(tokens[0], tokens[1])
+    if g.number_of_edges() == 0:
+        raise ConfigError("partitioner.edgelist_path", path, "an edge list with at least one edge between two nodes")
     return g.subgraph(max(nx.connected_components(g), key=len)).copy()
+
+
+def _is_number(token: str) -> bool:
+    try:
+        return np.isfinite(float(token))
+    except ValueError:
+        return False
 
 
 def gossip_matrix(g: nx.Graph, kind: str = "uniform") -> np.ndarray:

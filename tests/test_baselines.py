@@ -51,7 +51,7 @@ def _keys(payload) -> set[str]:
 
 
 ONE_ROUND = {"fedprox": [], "fedper": [], "fedgcn": ["dataset.features_public=true", "algorithm.hops=1"],
-             "gcfl": [], "fedpub": []}
+             "gcfl": [], "fedpub": [], "swift_fedgnn": []}
 
 
 @pytest.mark.parametrize("algo", sorted(ONE_ROUND))

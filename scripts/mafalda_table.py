@@ -2,9 +2,10 @@
 mean ± std over seeds and nodes: the table of docs/decentralised.md.
 
     python scripts/mafalda_table.py --graphs florentine karate --mus 0.5 1 2 --seeds 0 1 2 3 4 \
-        --methods dp_dsgd mafalda_sgd --out /tmp/mafalda_runs
+        --methods dp_dsgd mafalda_sgd --out outputs/mafalda_table
 
-Each cell is one `fgx run` (in-process) with the conf/experiment/mafalda_<graph>.yaml preset."""
+Each cell is one `fgx run` (in-process) with the conf/experiment/mafalda_<graph>.yaml preset; finished
+runs are skipped. Compare with the targets: fgx repro mafalda_<graph> --from outputs/mafalda_table/<graph>"""
 from __future__ import annotations
 
 import argparse
@@ -20,8 +21,8 @@ def main() -> int:
     ap.add_argument("--mus", nargs="+", type=float, default=[0.5, 1.0, 2.0])
     ap.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2, 3, 4])
     ap.add_argument("--methods", nargs="+", default=["dp_dsgd", "mafalda_sgd"])
-    ap.add_argument("--data-dir", default="/tmp/fgxdata")
-    ap.add_argument("--out", default="/tmp/mafalda_runs")
+    ap.add_argument("--data-dir", default=None, help="data root (diabetes needs none; housing reads its CSV there)")
+    ap.add_argument("--out", default="outputs/mafalda_table")
     args = ap.parse_args()
     from fgx.cli import main as fgx_main
     from fgx.privacy.mf.gdp import eps_from_mu
@@ -33,12 +34,12 @@ def main() -> int:
             for m in args.methods:
                 finals = []
                 for s in args.seeds:
-                    rd = Path(args.out) / f"{graph}_{m}_mu{mu}_s{s}"
+                    rd = Path(args.out) / graph / f"{m}_mu{mu}_s{s}"
                     summ = rd / "summary.json"
                     if not (summ.exists() and json.loads(summ.read_text()).get("status") == "completed"):
                         fgx_main(["run", f"+experiment=mafalda_{graph}", f"algorithm={m}", f"algorithm.mu={mu}",
-                                  f"seed={s}", f"data_dir={args.data_dir}", "output.progress=off",
-                                  "output.checkpoint=false", f"hydra.run.dir={rd}"])
+                                  f"seed={s}", "output.progress=off", "output.checkpoint=false",
+                                  f"hydra.run.dir={rd}"] + ([f"data_dir={args.data_dir}"] if args.data_dir else []))
                     finals.append(json.loads(summ.read_text())["final"]["mse"])
                 row[m] = {"mean": statistics.mean(finals), "std": statistics.stdev(finals) if len(finals) > 1 else 0.0,
                           "seeds": finals}

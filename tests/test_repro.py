@@ -100,3 +100,34 @@ def test_reproduction_doc_is_up_to_date():
 def test_every_target_names_an_existing_preset():
     for tf in (REPO / "conf" / "targets").glob("*.yaml"):
         assert (REPO / "conf" / "experiment" / tf.name).exists(), tf.name
+
+
+def test_ordering_within_a_group_and_lower_is_better():
+    """An ordering may be scoped by `where` (e.g. one privacy level) and may be lower-is-better (MSE)."""
+    import pandas as pd
+
+    from fgx.report.repro import compare
+    from fgx.report.table import Report
+
+    table = pd.DataFrame({"algorithm": ["dp_dsgd", "mafalda_sgd", "dp_dsgd", "mafalda_sgd"],
+                          "algorithm.mu": ["0.5", "0.5", "2.0", "2.0"], "n": [5] * 4,
+                          "mse_mean": [1.20, 0.92, 0.70, 0.71], "mse_std": [0.1] * 4})
+    rep = Report(by=["algorithm", "algorithm.mu"], metrics=["mse"], table=table, problems=[], runs=[])
+    t = {"ordering": [
+        {"key": "algorithm", "order": ["mafalda_sgd", "dp_dsgd"], "where": {"algorithm.mu": 0.5}, "lower_is_better": True},
+        {"key": "algorithm", "order": ["mafalda_sgd", "dp_dsgd"], "where": {"algorithm.mu": 2.0}, "lower_is_better": True},
+        {"key": "algorithm", "order": ["dp_dsgd", "mafalda_sgd"], "where": {"algorithm.mu": 0.5}},
+        {"key": "algorithm", "order": ["mafalda_sgd", "dp_dsgd"], "where": {"algorithm.mu": 9.0}, "lower_is_better": True},
+    ]}
+    c = compare(rep, t, "mse")
+    assert [x.ok for x in c] == [True, False, True, False]
+    assert c[0].paper == "mafalda_sgd ≤ dp_dsgd" and "where algorithm.mu=0.5" in c[0].what
+    assert c[0].fgx == "mafalda_sgd 0.9200 , dp_dsgd 1.2000"
+    assert "missing" in c[3].fgx
+
+
+def test_repro_pndp_accounting_holds_the_papers_claims(tmp_path):
+    assert main(["repro", "mafalda_fig2_pndp", "--out", str(tmp_path / "f2")]) == 0
+    res = json.loads((tmp_path / "f2" / "repro.json").read_text())
+    assert res["verdict"] == "all checks hold" and len(res["checks"]) == 10
+    assert [r["distance"] for r in res["by_distance"]] == [1, 2, 3, 4]

@@ -4,7 +4,8 @@ Each reproducible preset ``conf/experiment/NAME.yaml`` has a targets file ``conf
 
     paper: CE-FedGNN            # which source paper
     item: Table 2 (Cora column) # which table or figure
-    data: real                  # real | generated (a stand-in generator) | scaled (real, smaller budget) | accounting
+    data: real                  # real | generated (a stand-in generator) | scaled (real, smaller budget)
+                                # | substitute (another real dataset in the paper's place) | accounting
     status: reproduced          # the verdict of the last recorded run: reproduced | partial | not reproduced | not yet run
     measured: "..."             # what that run gave (one line), with its date
     metric: f1_macro            # the column compared (default: the runs' main metric)
@@ -13,11 +14,13 @@ Each reproducible preset ``conf/experiment/NAME.yaml`` has a targets file ``conf
       - {where: {algorithm: ce_fedgnn}, paper: 0.4701, tolerance: 0.05}
     ordering:                   # expected order of group means, best first (a >= b >= ...)
       - {key: algorithm, order: [ce_fedgnn, fedgnn_st, ce_fedgnn_no_sharing]}
+      - {key: algorithm, order: [mafalda_sgd, dp_dsgd], where: {algorithm.mu: 1.0}, lower_is_better: true}
     plot: {kind: sweep, x: algorithm.local_steps}   # figures: also written beside the table
     command: python scripts/x_table.py              # only when one Hydra sweep cannot express the runs
 
-Presets whose YAML holds an ``accounting:`` block (CE-FedGNN Tables 6/7) are pure arithmetic: the
-targets give ``paper_values`` (one list per row, one value per σ column) and a ``tolerance``.
+Presets whose YAML holds an ``accounting:`` block are pure arithmetic: ``kind: metric_dp`` (CE-FedGNN
+Tables 6/7; targets give ``paper_values``, one list per row, one value per σ column, and a ``tolerance``)
+or ``kind: pndp`` (Bellet et al. Fig. 2; ``paper_values`` maps a distance to its mean loss).
 """
 from __future__ import annotations
 
@@ -30,7 +33,7 @@ from typing import Any
 from fgx.report.runs import ReportError
 
 STATUSES = ("reproduced", "partial", "not reproduced", "not yet run", "accounting exact", "held out")
-DATA_KINDS = ("real", "generated", "scaled", "accounting")
+DATA_KINDS = ("real", "generated", "scaled", "substitute", "accounting")
 
 
 @dataclass
@@ -92,12 +95,19 @@ def _stamp() -> str:
 
 # ---------------------------------------------------------------------------------------- accounting
 def run_accounting(name: str, t: dict, out_dir: Path) -> ReproResult:
+    kinds = {"metric_dp": metric_dp_accounting, "pndp": pndp_accounting}
+    kind = t["accounting"].get("kind")
+    if kind not in kinds:
+        raise ReportError(f"conf/experiment/{name}.yaml: accounting.kind={kind!r}; fgx knows {sorted(kinds)}")
+    return kinds[kind](name, t, out_dir)
+
+
+def metric_dp_accounting(name: str, t: dict, out_dir: Path) -> ReproResult:
+    """CE-FedGNN Tables 6/7: ε of metric-DP at given ρ_q, one cell per (percentile, σ0)."""
     from fgx.privacy.metric_dp_accounting import epsilon_table
     from fgx.report.table import to_markdown
 
     acc = t["accounting"]
-    if acc.get("kind") != "metric_dp":
-        raise ReportError(f"conf/experiment/{name}.yaml: accounting.kind={acc.get('kind')!r}; fgx knows metric_dp")
     rhos = {int(k): float(v) for k, v in acc["rho"].items()}
     sigmas = [float(s) for s in acc["sigmas"]]
     rows = epsilon_table(rhos, sigmas, int(acc["releases"]), float(acc["delta"]))
@@ -124,6 +134,45 @@ def run_accounting(name: str, t: dict, out_dir: Path) -> ReproResult:
             if paper else f"R' = {acc['releases']} releases, δ = {acc['delta']}; paper values held out")
     res = ReproResult(name, t, md + "\n\n" + note, checks, out_dir=out_dir)
     res.files += _write(res, out_dir, {"rows": rows})
+    return res
+
+
+def pndp_accounting(name: str, t: dict, out_dir: Path) -> ReproResult:
+    """Bellet et al. (2025) Fig. 2: PNDP loss of DP-D-SGD by distance from the attacker (fgx's MF
+    accounting against Cyffers et al. 2022). Checks: the per-distance means against reference values
+    (``paper_values: {distance: mean}``, absolute ``tolerance``), and the paper's claims — the MF
+    accounting is never looser than Cyffers', and from distance ``min_gain_distance`` on every node
+    is at least ``min_gain``× below the LDP level."""
+    from fgx.decentral.topology import TopologyParams, build_graph, gossip_matrix
+    from fgx.privacy.mf.pndp import pndp_table
+    from fgx.report.table import to_markdown
+
+    acc = t["accounting"]
+    g = build_graph(TopologyParams(graph=acc.get("graph", "florentine")))
+    tab = pndp_table(gossip_matrix(g, acc.get("gossip", "uniform")), g, int(acc["steps"]),
+                     int(acc.get("attacker", 0)), 1, float(acc.get("alpha", 2.0)), float(acc.get("sigma", 1.0)))
+    ldp, tol = tab["ldp_rdp"], float(t.get("tolerance", 1e-3))
+    ref = {int(k): float(v) for k, v in (t.get("paper_values") or {}).items()}
+    gain, gain_from = float(t.get("min_gain", 10.0)), int(t.get("min_gain_distance", 3))
+    cells, checks = [], []
+    for r in tab["by_distance"]:
+        d, a, c = r["distance"], r["rdp"], r["cyffers_rdp"]
+        cells.append([str(d), str(r["count"]), f"{a['min']:.4g}", f"{a['mean']:.4g}" + (f" ({ref[d]:.4g})" if d in ref else ""),
+                      f"{a['max']:.4g}", f"{c['mean']:.4g}"])
+        if d in ref:
+            checks.append(Check(f"mean PNDP loss at distance {d}", f"{ref[d]:.4g}", f"{a['mean']:.4g}",
+                                abs(a["mean"] - ref[d]) <= tol))
+        checks.append(Check(f"MF ≤ Cyffers at distance {d}", f"≤ {c['mean']:.4g}", f"{a['mean']:.4g}",
+                            a["mean"] <= c["mean"] * (1 + 1e-9)))
+        if d >= gain_from:
+            checks.append(Check(f"distance {d}: every node ≥ {gain:g}× below LDP", f"≤ {ldp / gain:.4g}",
+                                f"max {a['max']:.4g}", a["max"] * gain <= ldp))
+    md = to_markdown(["distance", "nodes", "MF min", "MF mean (reference)", "MF max", "Cyffers mean"], cells)
+    note = (f"graph {acc.get('graph', 'florentine')} ({g.number_of_nodes()} nodes), T = {acc['steps']}, "
+            f"Rényi α = {acc.get('alpha', 2.0)}, σ = {acc.get('sigma', 1.0)}, attacker {acc.get('attacker', 0)}; "
+            f"LDP level {ldp:.4g}")
+    res = ReproResult(name, t, md + "\n\n" + note, checks, out_dir=out_dir)
+    res.files += _write(res, out_dir, {"by_distance": tab["by_distance"], "ldp_rdp": ldp})
     return res
 
 
@@ -156,16 +205,20 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         checks.append(Check(what, paper_s, f"{mean:.4f}{std_s}", ok))
     for o in t.get("ordering") or []:
         key, order = o["key"], [str(x) for x in o["order"]]
+        where = {k: str(v) for k, v in (o.get("where") or {}).items()}
+        lower = bool(o.get("lower_is_better", False))
+        sign = " ≤ " if lower else " ≥ "
+        scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
         means = {}
         for g, mean, _, _ in groups:
-            if key in g:
+            if key in g and all(g.get(k) == v for k, v in where.items()):
                 means.setdefault(g[key], mean)
         missing = [x for x in order if x not in means]
         if missing:
-            checks.append(Check(f"ordering by {key}", " ≥ ".join(order), f"missing {missing}", False))
+            checks.append(Check(f"ordering by {key}{scope}", sign.join(order), f"missing {missing}", False))
             continue
-        ok = all(means[a] >= means[b] for a, b in zip(order, order[1:]))
-        checks.append(Check(f"ordering of {metric} by {key}", " ≥ ".join(order),
+        ok = all((means[a] <= means[b]) if lower else (means[a] >= means[b]) for a, b in zip(order, order[1:]))
+        checks.append(Check(f"ordering of {metric} by {key}{scope}", sign.join(order),
                             " , ".join(f"{x} {means[x]:.4f}" for x in order), ok))
     return checks
 
@@ -259,7 +312,8 @@ def reproduction_markdown(conf: Path) -> str:
            "Extra overrides go after the name, e.g. `fgx repro ce_fedgnn_table2_cora data_dir=/path/to/data`.", "",
            "*Data*: **real** = the paper's dataset; **generated** = an offline stand-in generator (orderings, not",
            "absolute numbers, are comparable); **scaled** = the real data with a smaller budget (fewer rounds or",
-           "clients) than the paper; **accounting** = pure arithmetic, exact.", ""]
+           "clients) than the paper; **substitute** = another real dataset in place of the paper's (offline);",
+           "**accounting** = pure arithmetic, exact.", ""]
     for paper in sorted(papers):
         out += [f"## {paper}", ""]
         rows = []

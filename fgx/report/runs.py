@@ -123,6 +123,9 @@ def metric_values(summary: dict) -> dict[str, float]:
     for k, v in (summary.get("privacy") or {}).items():
         if k.startswith("epsilon") and isinstance(v, (int, float)):
             out[k] = float(v)
+    for k, v in (summary.get("unlearning") or {}).items():   # certified unlearning: after the requests
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"unlearning_{k}"] = float(v)
     if isinstance(summary.get("total_bytes"), (int, float)):
         out["MB"] = summary["total_bytes"] / 1e6
     if isinstance(summary.get("wall_time_s"), (int, float)):

@@ -19,8 +19,9 @@ What fgx runs (spec ce_fedgnn.md §5 item 3):
 - FedAvg model averaging at the end of the round (``update`` / ``global_weights``, FedAvg's weighting
   and client sampling). Evaluation is FedAvg's: the global model on each client's own subgraph.
 
-Decisions where the paper text was not available (the library holds its abstract, a review and the
-fgx spec's summary, not Section 4; a GitHub search for its code found none):
+Decisions where the paper text was not available (fgx's reference search found the OpenReview
+abstracts and one review, not Section 4 or the algorithm box; its code search found no public code; the
+method summary above is the fgx spec's):
 - **Layers.** ``remote_layer0: drop`` (default) shares hidden aggregates only (layers 1..L-1 feed
   layers 2..L; a remote neighbour's raw features never leave its client): for fgx's 2-layer GNNs the
   cross-client information enters the second (output) layer, as CE-FedGNN's default

@@ -51,7 +51,8 @@ def _keys(payload) -> set[str]:
 
 
 ONE_ROUND = {"fedprox": [], "fedper": [], "fedgcn": ["dataset.features_public=true", "algorithm.hops=1"],
-             "gcfl": [], "fedpub": [], "swift_fedgnn": []}
+             "gcfl": [], "fedpub": [], "swift_fedgnn": [],
+             "fedsage_plus": ["model=sage", "algorithm.local_gen_epochs=2", "algorithm.fed_gen_epochs=2"]}
 
 
 @pytest.mark.parametrize("algo", sorted(ONE_ROUND))

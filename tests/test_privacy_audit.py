@@ -28,7 +28,9 @@ TASK_CFG = {
 # algorithm-specific extras for the tiny run (a model it needs, fewer local steps)
 ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=lightgcn"],
                                  "fedgcn": ["dataset.features_public=true"],   # its feature sums are raw
-                                 "fedgsp": ["model=unifilter"]}
+                                 "fedgsp": ["model=unifilter"],
+                                 "fedsage_plus": ["model=sage", "algorithm.local_gen_epochs=2",   # GraphSAGE;
+                                                  "algorithm.fed_gen_epochs=2"]}          # short NeighGen
 
 
 def presets() -> list[tuple[str, str, str]]:

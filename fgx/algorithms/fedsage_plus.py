@@ -88,8 +88,8 @@ class NeighGen(nn.Module):
         super().__init__()
         from torch_geometric.nn import SAGEConv
 
-        self.num_pred, self.num_features, self.dropout, self.rounding = p.num_pred, in_dim, p.gen_dropout, \
-            p.count_rounding
+        self.num_pred, self.num_features = p.num_pred, in_dim
+        self.dropout, self.rounding = p.gen_dropout, p.count_rounding
         self.encoder = nn.ModuleList([SAGEConv(in_dim, p.encoder_hidden), SAGEConv(p.encoder_hidden, p.latent_dim)])
         self.dgen = nn.Linear(p.latent_dim, 1)
         sizes = [p.latent_dim, *p.fgen_hidden, p.num_pred * in_dim]

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fedgsp_table import FEDGSP  # noqa: E402
+from compare_table import EXTRA  # noqa: E402
 
 
 def run(overrides: list[str], out: Path) -> dict:
@@ -38,7 +38,7 @@ def main(argv=None) -> int:
               f"eval_every={a.rounds}"]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, extra in (("fedgsp", ["algorithm=fedgsp", "model=unifilter", *FEDGSP["cora_disjoint"]]),
+        for name, extra in (("fedgsp", ["algorithm=fedgsp", *EXTRA["fedgsp_cora_disjoint"]["fedgsp"]]),
                             ("fedavg", ["algorithm=fedavg"])):
             t = time.time()
             s = run(common + extra, Path(tmp) / name)

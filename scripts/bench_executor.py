@@ -61,11 +61,16 @@ def main() -> int:
                                                     "default: each step on the whole client graph")
     ap.add_argument("--num-cpus", type=int, default=2, help="CPUs of the local Ray")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--torch-threads", type=int, default=1,
+                    help="torch threads of the in-process run and of each Ray actor: the same count on both sides "
+                         "sums floats in the same order, so the final metrics can be compared exactly")
     ap.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = ap.parse_args()
 
     import ray
+    import torch
 
+    torch.set_num_threads(args.torch_threads)
     time_rounds()
     ray.init(num_cpus=args.num_cpus, include_dashboard=False, configure_logging=False)
     base = [f"dataset={args.dataset}", f"partitioner={args.partitioner}", "model=gine", "algorithm=fedavg",
@@ -77,7 +82,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fgx_bench_executor_") as tmp:
         for n in args.clients:
             row = {"clients": n}
-            for name, extra in (("local", ["executor=local"]), ("ray", ["executor=ray"])):
+            for name, extra in (("local", ["executor=local"]),
+                                ("ray", ["executor=ray", f"executor.torch_threads={args.torch_threads}"])):
                 t = time.time()
                 try:
                     summary, times = run([*base, f"partitioner.num_clients={n}", *extra], Path(tmp) / f"{name}{n}")
@@ -96,7 +102,8 @@ def main() -> int:
     ray.shutdown()
 
     print(f"\nper-round time, {args.dataset} / {args.partitioner}, FedAvg + GINE, K={args.local_steps}, "
-          f"batch {args.batch_size}, fanouts {args.fanouts}, {args.rounds} rounds, local Ray with {args.num_cpus} CPUs")
+          f"batch {args.batch_size}, fanouts {args.fanouts}, {args.rounds} rounds, local Ray with {args.num_cpus} CPUs, "
+          f"{args.torch_threads} torch thread(s) in-process and per actor")
     print(f"{'clients':>7} | {'in-process s/round':>18} | {'ray s/round':>11} | {'ray/in-proc':>11} | "
           f"{'ray round 1 s':>13} | same final metric")
     print("-" * 90)

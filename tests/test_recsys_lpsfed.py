@@ -71,3 +71,13 @@ def test_bc_margin_gradient_switch():
     bias.grad = ang.grad = None
     m = losses.bc_margin(bias, ang, 1.0, grad=False)
     assert not m.requires_grad
+
+
+def test_bpr_uses_its_own_temperature_not_the_bc_one(run_fgx, ml_root, monkeypatch, tmp_path):
+    """LPSFed (BPR) is standard BPR (bpr_tau = 1 by default): the BC temperature `tau` must not change it."""
+    monkeypatch.setenv("FGX_DATA_DIR", str(tmp_path / "cache"))
+    base = [*FAST, f"data_dir={ml_root}", "algorithm=lpsfed_bpr"]
+    finals = [json.loads((run_fgx(*base, *extra) / "summary.json").read_text())["final"]
+              for extra in ([], ["algorithm.tau=0.05"], ["algorithm.bpr_tau=0.2"])]
+    assert finals[0] == finals[1]
+    assert finals[0] != finals[2]

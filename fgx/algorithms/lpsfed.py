@@ -40,6 +40,9 @@ class LPSFedParams:
     num_negatives: int = field(default=4, metadata=spec(min=1))
     loss: str = field(default="bc", metadata=spec(choices=["bc", "bpr"]))
     tau: float = field(default=0.2, metadata=spec(gt=0.0, help="temperature of the BC / bias losses"))
+    bpr_tau: float = field(default=1.0, metadata=spec(
+        gt=0.0, help="temperature of the BPR loss on the cosine scores: 1.0 = standard BPR (paper: Rendle et al.; "
+                     "authors' code); fgx used the BC temperature (0.2) here before"))
     gamma: float = field(default=0.1, metadata=spec(min=0.0, help="margin strength γ (Eq. 8)"))
     omega: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="weight of the server margin (Eq. 15)"))
     lambda_bias: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="weight of L_bias (Eq. 7)"))
@@ -86,7 +89,7 @@ def client_train(state: RankingClient, p: LPSFedParams, seed: int) -> float:
             cos_pos = flat.gather(0, u * n_items + i)
             cos_neg = flat.gather(0, (u[:, None] * n_items + j).reshape(-1)).view(j.shape)
             if p.loss == "bpr":
-                loss = losses.bpr_loss(cos_pos[:, None] / p.tau, cos_neg / p.tau)
+                loss = losses.bpr_loss(cos_pos[:, None] / p.bpr_tau, cos_neg / p.bpr_tau)
             else:
                 bias_pos = model.pop_cos(u, i)
                 bias_neg = model.pop_cos(u[:, None].expand_as(j), j)

@@ -6,6 +6,8 @@ ce_fedgnn / fedavg is the paper's Table 4 comparison (1.02-1.09 there).
     python scripts/bench_round_cost.py                           # csbm, 8 clients
     python scripts/bench_round_cost.py --dataset cora --data-dir /path/to/data --clients 16
     python scripts/bench_round_cost.py --dataset aml_tiny --partitioner by_bank --model gine --clients 4
+    python scripts/bench_round_cost.py --dataset aml_hi_small --partitioner by_bank --model pna --clients 4 \
+        --local-steps 32 --batch-size 1024 --device cuda 'algorithm.fanouts=[100,100]'   # Table 4 setting
 """
 from __future__ import annotations
 
@@ -38,11 +40,13 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--local-steps", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--device", default="cpu", help="cpu | cuda | auto (both algorithms run on it)")
+    ap.add_argument("overrides", nargs="*", help="further fgx overrides for both runs, e.g. algorithm.fanouts=[100,100]")
     args = ap.parse_args()
     common = [f"dataset={args.dataset}", f"partitioner={args.partitioner}", f"model={args.model}",
               f"partitioner.num_clients={args.clients}", f"rounds={args.rounds}", f"eval_every={args.rounds}",
               f"algorithm.local_steps={args.local_steps}", f"algorithm.batch_size={args.batch_size}",
-              "output.progress=off", "output.checkpoint=false"]
+              "output.progress=off", "output.checkpoint=false", f"device={args.device}", *args.overrides]
     if args.data_dir:
         common.append(f"data_dir={args.data_dir}")
     results = {}
@@ -56,7 +60,7 @@ def main() -> int:
                              s["main_metric"]: s["final"][s["main_metric"]]}
     ratio = results["ce_fedgnn"]["per_round_s"] / results["fedavg"]["per_round_s"]
     print(f"data={args.dataset} clients={args.clients} model={args.model} K={args.local_steps} "
-          f"batch={args.batch_size} rounds={args.rounds}")
+          f"batch={args.batch_size} rounds={args.rounds} device={args.device}")
     print(f"{'algorithm':<12}{'s/round':>10}{'MB/round':>10}")
     for algo, r in results.items():
         print(f"{algo:<12}{r['per_round_s']:>10.3f}{r['bytes_per_round'] / 1e6:>10.3f}")

@@ -101,14 +101,23 @@ DEVICE_PATH = ["dataset=csbm", "dataset.num_nodes=240", "dataset.num_features=8"
 @pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
     not __import__("torch").cuda.is_available(), reason="no CUDA device"))])
 @pytest.mark.parametrize("setup", [
-    ["algorithm=fedavg", "privacy=dp_fedavg", "algorithm.weighting=uniform", "algorithm.batch_size=16", "algorithm.fanouts=[5,5]"],
-    ["algorithm=ce_fedgnn", "privacy=metric_dp"],
-    ["algorithm=certified_lr", "unlearning=scalegun", "rounds=1", "unlearning.requests.num_requests=2",
+    [*DEVICE_PATH, "algorithm=fedavg", "privacy=dp_fedavg", "algorithm.weighting=uniform", "algorithm.batch_size=16",
+     "algorithm.fanouts=[5,5]"],
+    [*DEVICE_PATH, "algorithm=ce_fedgnn", "privacy=metric_dp"],
+    [*DEVICE_PATH, "algorithm=certified_lr", "unlearning=scalegun", "rounds=1", "unlearning.requests.num_requests=2",
      "unlearning.requests.batch_size=2"],
-], ids=["fedavg_dp_sampler", "ce_fedgnn_metric_dp", "certified_lr_scalegun"])
+    # the server's collaboration graphs stay on the CPU while the client models are on the device
+    ["dataset=hetero_homophily", "dataset.num_communities=5", "dataset.nodes_per_community=40",
+     "dataset.num_features=8", "partitioner=by_community", "model=unifilter", "model.K=3", "model.hidden=8",
+     "algorithm=fedgsp", "algorithm.k_principal=2", "rounds=2", "eval_every=1"],
+    # all node models as one tensor, correlated noise drawn on the CPU
+    ["dataset=diabetes", "partitioner=topology", "partitioner.graph=florentine", "model=mlp_tabular",
+     "model.hidden=8", "algorithm=mafalda_sgd", "algorithm.k=2", "algorithm.b=2", "rounds=4", "eval_every=4"],
+], ids=["fedavg_dp_sampler", "ce_fedgnn_metric_dp", "certified_lr_scalegun", "fedgsp", "mafalda_sgd"])
 def test_device_end_to_end(run_fgx, device, setup):
-    """The same path on every device: models, fgx's sampler, privacy noise, unlearning."""
-    run = run_fgx(*DEVICE_PATH, *setup, f"device={device}")
+    """The same path on every device: models, fgx's sampler, privacy noise, unlearning, server-side
+    state. scripts/check_device.py runs every algorithm this way on a GPU machine."""
+    run = run_fgx(*setup, f"device={device}")
     s = summary(run)
     assert s["status"] == "completed", s.get("error")
     if "unlearning=scalegun" in setup:

@@ -207,6 +207,7 @@ def personalised_average(weights: list[dict], w: torch.Tensor, w_k: torch.Tensor
     out = [dict() for _ in weights]
     for key in weights[0]:
         stack = torch.stack([x[key] for x in weights]).to(w.dtype)          # [M, ...]
+        w, w_k = w.to(stack.device), w_k.to(stack.device)   # the server's graphs stay on the CPU
         if key == COMB:
             comb = torch.einsum("ij,j...->i...", w, stack)
             for k in range(1, stack.size(2)):
@@ -287,7 +288,7 @@ class FedGSP(Algorithm):
 
     def record(self, r: int, uploads: list[dict], optimised: bool) -> None:
         """Heatmap-ready collaboration graphs and the Theorem 1/2 diagnostics."""
-        theta = torch.stack([torch.cat([v.flatten().double() for v in u.values()]) for u in uploads])
+        theta = torch.stack([torch.cat([v.flatten().double().cpu() for v in u.values()]) for u in uploads])
         dist2 = torch.cdist(theta, theta) ** 2
         off = ~torch.eye(len(uploads), dtype=torch.bool)
         row = {"optimised": optimised, "W": self.w.tolist(), "W_K": self.w_k.tolist(),

@@ -63,11 +63,12 @@ class GossipSGD(Algorithm):
         tp = {k: v for k, v in OmegaConf.to_container(ctx.cfg.partitioner, resolve=True).items() if k != "name"}
         self.graph = build_graph(TopologyParams(**tp))
         w = gossip_matrix(self.graph, p.gossip)
-        self.w = torch.tensor(w, dtype=torch.float32)
+        dev = ctx.device                 # all n node models, data and W live on one device
+        self.w = torch.tensor(w, dtype=torch.float32, device=dev)
         self.n = len(w)
         self.neighbours = [[int(j) for j in np.nonzero(w[u])[0] if j != u] for u in range(self.n)]
         self.flat = FlatModel(ctx.build_model())
-        self.theta = self.flat.initial().unsqueeze(0).repeat(self.n, 1)
+        self.theta = self.flat.initial().to(dev).unsqueeze(0).repeat(self.n, 1)
         d = self.theta.size(1)
         # each node's training rows, split into b equal batches (rows past b*B never take part)
         rows = [c.data.x[c.data.train_mask[: c.num_owned]] for c in ctx.clients]
@@ -75,10 +76,10 @@ class GossipSGD(Algorithm):
         self.batch = min(len(r) for r in rows) // p.b
         if self.batch < 1:
             raise ConfigError("algorithm.b", p.b, f"<= the smallest node's training rows ({min(len(r) for r in rows)})")
-        self.x = torch.stack([r[: p.b * self.batch] for r in rows]).view(self.n, p.b, self.batch, -1)
-        self.y = torch.stack([y[: p.b * self.batch] for y in ys]).view(self.n, p.b, self.batch)
+        self.x = torch.stack([r[: p.b * self.batch] for r in rows]).view(self.n, p.b, self.batch, -1).to(dev)
+        self.y = torch.stack([y[: p.b * self.batch] for y in ys]).view(self.n, p.b, self.batch).to(dev)
         test = ctx.global_data.test_mask
-        self.x_test, self.y_test = ctx.global_data.x[test], ctx.global_data.y[test]
+        self.x_test, self.y_test = ctx.global_data.x[test].to(dev), ctx.global_data.y[test].to(dev)
         self.noise, self.account = None, {"correlation": self.correlation, "mu": None, "epsilon": None}
         if self.correlation is not None:
             from fgx.privacy.mf.correlations import build_correlation
@@ -107,7 +108,7 @@ class GossipSGD(Algorithm):
             loss = float((torch.vmap(self.flat.predict)(self.theta, x) - y).pow(2).mean())
         g = clip_and_average(self.flat.per_sample_grads(self.theta, x, y).detach(), p.clip)
         if self.noise is not None:
-            g = g + self.noise.step(t) / self.batch
+            g = g + self.noise.step(t).to(g.device) / self.batch     # drawn on the CPU: same noise on every device
         half = self.theta - p.lr * g
         for _ in range(p.gossip_steps):
             received = torch.zeros_like(half)
@@ -134,7 +135,7 @@ class GossipSGD(Algorithm):
         return {"theta": self.theta}
 
     def load_state_dict(self, state: dict) -> None:
-        self.theta = state["theta"]
+        self.theta = state["theta"].to(self.ctx.device)
         # the noise stream restarts from its seed: replay the draws of the finished rounds
         if self.noise is not None:
             self.noise.restart()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -40,6 +41,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--local-steps", type=int, default=8)
     ap.add_argument("--batch-size", type=int, default=64)
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved runs per algorithm; the median is reported")
     ap.add_argument("--device", default="cpu", help="cpu | cuda | auto (both algorithms run on it)")
     ap.add_argument("overrides", nargs="*", help="further fgx overrides for both runs, e.g. algorithm.fanouts=[100,100]")
     args = ap.parse_args()
@@ -49,18 +51,23 @@ def main() -> int:
               "output.progress=off", "output.checkpoint=false", f"device={args.device}", *args.overrides]
     if args.data_dir:
         common.append(f"data_dir={args.data_dir}")
-    results = {}
+    results: dict[str, dict] = {}
+    times: dict[str, list[float]] = {"fedavg": [], "ce_fedgnn": []}
     with tempfile.TemporaryDirectory() as tmp:
-        for algo in ("fedavg", "ce_fedgnn"):
-            extra = ["algorithm.weighting=uniform"] if algo == "fedavg" else []
-            s = run(common + [f"algorithm={algo}", *extra], Path(tmp) / algo)
-            rows = [json.loads(x) for x in (Path(tmp) / algo / "metrics.jsonl").read_text().splitlines()]
-            results[algo] = {"per_round_s": s["train_time_s"] / args.rounds,
-                             "bytes_per_round": s["total_bytes"] / args.rounds,
-                             s["main_metric"]: s["final"][s["main_metric"]]}
+        # interleaved repeats, median per algorithm: one pair of runs on a shared machine is noisy
+        for rep in range(args.repeats):
+            for algo in ("fedavg", "ce_fedgnn"):
+                extra = ["algorithm.weighting=uniform"] if algo == "fedavg" else []
+                out = Path(tmp) / f"{algo}-{rep}"
+                s = run(common + [f"algorithm={algo}", *extra], out)
+                times[algo].append(s["train_time_s"] / args.rounds)
+                results[algo] = {"bytes_per_round": s["total_bytes"] / args.rounds,
+                                 s["main_metric"]: s["final"][s["main_metric"]]}
+    for algo, ts in times.items():
+        results[algo]["per_round_s"] = statistics.median(ts)
     ratio = results["ce_fedgnn"]["per_round_s"] / results["fedavg"]["per_round_s"]
     print(f"data={args.dataset} clients={args.clients} model={args.model} K={args.local_steps} "
-          f"batch={args.batch_size} rounds={args.rounds} device={args.device}")
+          f"batch={args.batch_size} rounds={args.rounds} device={args.device} repeats={args.repeats} (median)")
     print(f"{'algorithm':<12}{'s/round':>10}{'MB/round':>10}")
     for algo, r in results.items():
         print(f"{algo:<12}{r['per_round_s']:>10.3f}{r['bytes_per_round'] / 1e6:>10.3f}")

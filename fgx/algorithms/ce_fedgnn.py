@@ -81,9 +81,10 @@ class CEClient:
 
 
 def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.Tensor,
-        ids: torch.Tensor) -> torch.Tensor:
+        ids: torch.Tensor, whole: bool = False) -> torch.Tensor:
     """Eq. 5 for the owned nodes ``ids`` (rows of ``fresh``): nodes in ``upd`` move their average
-    towards the fresh value; the others keep their last average (a constant, no gradient)."""
+    towards the fresh value; the others keep their last average (a constant, no gradient).
+    ``whole``: ``ids`` is every owned node in order (the whole client graph)."""
     # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of its
     # last update; "none" keeps the local estimators and only stops the exchange
     gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
@@ -99,9 +100,12 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
         used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
     else:
         used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
-    hbar = c.hbar[i].clone()
-    hbar[ids] = new
-    c.hbar[i] = hbar
+    if whole:
+        c.hbar[i] = new                  # every row replaced; ``new`` carries no gradient
+    else:
+        hbar = c.hbar[i].clone()         # never in place: the step's autograd graph holds the old one
+        hbar[ids] = new
+        c.hbar[i] = hbar
     c.hbar_init[i][ids[upd]] = True
     c.updated[ids[upd]] = True
     return used
@@ -146,7 +150,7 @@ def _forward(c: CEClient, p: CEFedGNNParams, update: torch.Tensor | None, sample
     for i in range(L):
         pre, e = model.layer(i, h, e, edges[i])
         fresh = pre[own_pos]
-        used = fresh if upd_layers is None else _ma(c, p, i, fresh, upd_layers[i], own_ids)
+        used = fresh if upd_layers is None else _ma(c, p, i, fresh, upd_layers[i], own_ids, whole=sample is None)
         h_own = model.activate(i, used)
         halo = _halo_rows(c, i + 1, h_own, p, halo_ids)
         if sample is None:
@@ -243,7 +247,7 @@ def local_round(c: CEClient, p: CEFedGNNParams, global_state: dict, global_G: di
                     prm -= p.lr * c.G[name]
         else:
             for name, prm in c.model.named_parameters():
-                prm.grad = c.G[name].clone()
+                prm.grad = c.G[name]      # no copy: G[name] is rebound (not changed in place) every step
             c.optimizer.step()
         losses.append(float(loss.detach()))
     return _upload(c, global_state, share) + (sum(losses) / len(losses),)

@@ -12,11 +12,9 @@ ce_fedgnn / fedavg is the paper's Table 4 comparison (1.02-1.09 there).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 

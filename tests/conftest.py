@@ -54,3 +54,33 @@ TINY = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=16", "par
 def tiny_cfg() -> list[str]:
     """Overrides for a few-second run on a generated graph."""
     return list(TINY)
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    """Patch the trainer so the test sees every channel message as (kind, payload, src, dst, round)
+    in ``["sent"]``, the global data (``["data"]``), the clients and the channel."""
+    import fgx.trainer as trainer
+    from fgx.federation.channel import Channel
+
+    seen = {"sent": []}
+    real_graph, real_clients = trainer.check_graph, trainer.check_clients
+
+    def grab_graph(ds, name):
+        seen["data"] = ds.data
+        return real_graph(ds, name)
+
+    def grab_clients(clients, info, name):
+        seen["clients"] = clients
+        return real_clients(clients, info, name)
+
+    class RecordingChannel(Channel):
+        def __init__(self, messages, **kw):
+            kw.pop("auditor", None)
+            super().__init__(messages, auditor=lambda *a: seen["sent"].append(a), **kw)
+            seen["channel"] = self
+
+    monkeypatch.setattr(trainer, "check_graph", grab_graph)
+    monkeypatch.setattr(trainer, "check_clients", grab_clients)
+    monkeypatch.setattr(trainer, "Channel", RecordingChannel)
+    return seen

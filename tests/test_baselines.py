@@ -12,36 +12,6 @@ def _metrics(run):
     return [(r["round"], r["split"], r["mean"], r.get("train_loss")) for r in rows]
 
 
-@pytest.fixture
-def recorded(monkeypatch):
-    """Patch the trainer's channel so the test sees every (kind, payload, src, dst, round) and the algorithm."""
-    import fgx.trainer as trainer
-    from fgx.federation.channel import Channel
-
-    seen = {"sent": []}
-    real_graph, real_clients = trainer.check_graph, trainer.check_clients
-
-    def grab_graph(ds, name):
-        seen["data"] = ds.data
-        return real_graph(ds, name)
-
-    def grab_clients(clients, info, name):
-        seen["clients"] = clients
-        return real_clients(clients, info, name)
-
-    monkeypatch.setattr(trainer, "check_graph", grab_graph)
-    monkeypatch.setattr(trainer, "check_clients", grab_clients)
-
-    class RecordingChannel(Channel):
-        def __init__(self, messages, **kw):
-            kw.pop("auditor", None)
-            super().__init__(messages, auditor=lambda *a: seen["sent"].append(a), **kw)
-            seen["channel"] = self
-
-    monkeypatch.setattr(trainer, "Channel", RecordingChannel)
-    return seen
-
-
 def _keys(payload) -> set[str]:
     if isinstance(payload, dict):
         return set(payload) | {k for v in payload.values() for k in _keys(v)}

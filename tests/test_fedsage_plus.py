@@ -40,24 +40,8 @@ def test_two_rounds_on_a_tiny_graph(run_fgx, tiny_cfg):
     assert [r["phase"] for r in rows] == ["local"] * 3 + ["federated"] * 2
 
 
-def test_no_payload_carries_a_raw_feature_row(run_fgx, tiny_cfg, monkeypatch):
-    import fgx.trainer as trainer
-    from fgx.federation.channel import Channel
-
-    seen = {"sent": []}
-    real_graph = trainer.check_graph
-
-    def grab_graph(ds, name):
-        seen["data"] = ds.data
-        return real_graph(ds, name)
-
-    class RecordingChannel(Channel):
-        def __init__(self, messages, **kw):
-            kw.pop("auditor", None)
-            super().__init__(messages, auditor=lambda *a: seen["sent"].append(a), **kw)
-
-    monkeypatch.setattr(trainer, "check_graph", grab_graph)
-    monkeypatch.setattr(trainer, "Channel", RecordingChannel)
+def test_no_payload_carries_a_raw_feature_row(run_fgx, tiny_cfg, recorded):
+    seen = recorded
     run_fgx(*tiny_cfg, *SMALL, "rounds=1")
     x = seen["data"].x.float()
     raw = {r.numpy().tobytes() for r in x}

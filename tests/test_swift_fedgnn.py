@@ -15,29 +15,6 @@ def _metrics(run):
     return [(r["round"], r["split"], r["mean"], r.get("train_loss")) for r in rows]
 
 
-@pytest.fixture
-def recorded(monkeypatch):
-    """The trainer's channel reports every (kind, payload, src, dst, round); the test sees the clients."""
-    import fgx.trainer as trainer
-    from fgx.federation.channel import Channel
-
-    seen = {"sent": []}
-    real_clients = trainer.check_clients
-
-    def grab_clients(clients, info, name):
-        seen["clients"] = clients
-        return real_clients(clients, info, name)
-
-    class RecordingChannel(Channel):
-        def __init__(self, messages, **kw):
-            kw.pop("auditor", None)
-            super().__init__(messages, auditor=lambda *a: seen["sent"].append(a), **kw)
-
-    monkeypatch.setattr(trainer, "check_clients", grab_clients)
-    monkeypatch.setattr(trainer, "Channel", RecordingChannel)
-    return seen
-
-
 def _jsonl(path):
     return [json.loads(l) for l in path.read_text().splitlines()]
 

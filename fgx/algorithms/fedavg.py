@@ -54,6 +54,12 @@ class FedAvg(Algorithm):
         chosen = [self.states[i] for i in self.sample_clients(r)]
         gw = ch.broadcast("global_weights", flat_params(self.global_model), [s.cid for s in chosen], r)
         results = self.ctx.executor.map(type(self).client_fn, chosen, gw, p, round_seed(self.ctx.seed, r))
+        return {"loss": self.apply_updates(chosen, results, r)}
+
+    def apply_updates(self, chosen: list, results: list, r: int) -> float:
+        """Server side: the clients' (update, loss) pairs go up the channel and their (weighted)
+        average moves the global model. Returns the mean client loss."""
+        p, ch = self.params, self.ctx.channel
         deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
         weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
         if sum(weights) == 0:
@@ -62,7 +68,7 @@ class FedAvg(Algorithm):
         new = {k: (v + avg[k]) if v.is_floating_point() else avg[k] for k, v in self.global_model.state_dict().items()}
         self.global_model.load_state_dict(new)
         losses = [l for _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        return float(sum(losses) / len(losses)) if losses else float("nan")
 
     def model_for(self, client):
         return self.global_model

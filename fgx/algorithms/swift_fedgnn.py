@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, num_train_items, round_seed, train_steps, weighted_average
+from fgx.algorithms.base import flat_params, round_seed, train_steps
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -318,13 +318,4 @@ class SwiftFedGNN(FedAvg):
             n_local = bounds[phase + 1] - bounds[phase] - 1
             finish = phase == len(bounds) - 2
             results = self.ctx.executor.map(client_phase, chosen, gw, p, rseed, phase, cross, n_local, finish)
-        deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
-        weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
-        if sum(weights) == 0:
-            weights = [1.0] * len(chosen)
-        avg = ch.aggregate("update", weighted_average(deltas, weights), len(chosen), r)
-        new = {k: (v + avg[k]) if v.is_floating_point() else avg[k] for k, v in self.global_model.state_dict().items()}
-        self.global_model.load_state_dict(new)
-        losses = [l for _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"),
-                "cross_iterations": float(len(cross_ks))}
+        return {"loss": self.apply_updates(chosen, results, r), "cross_iterations": float(len(cross_ks))}

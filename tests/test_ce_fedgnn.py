@@ -7,6 +7,7 @@ import torch
 from scipy import stats
 
 from fgx.cli import main
+from fgx.federation.channel import payload_tensors
 
 TINY_CE = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=16", "partitioner=random",
            "partitioner.num_clients=3", "rounds=3", "eval_every=3", "model.hidden=16", "algorithm=ce_fedgnn",
@@ -61,16 +62,6 @@ def _capture(monkeypatch):
     return seen
 
 
-def _tensors(x):
-    if isinstance(x, torch.Tensor):
-        yield x
-    elif isinstance(x, dict):
-        for v in x.values():
-            yield from _tensors(v)
-    elif isinstance(x, (list, tuple)):
-        for v in x:
-            yield from _tensors(v)
-
 
 def test_no_raw_feature_crosses_the_channel(run_fgx, monkeypatch):
     from fgx.data.base import DataEnv
@@ -82,7 +73,7 @@ def test_no_raw_feature_crosses_the_channel(run_fgx, monkeypatch):
     raw = {tuple(np.round(r.numpy(), 5)) for r in x}
     assert seen
     for kind, *_ , payload in seen:
-        for t in _tensors(payload):
+        for t in payload_tensors(payload):
             if t.is_floating_point() and t.dim() == 2 and t.size(-1) == 16:
                 assert not any(tuple(np.round(r.numpy(), 5)) in raw for r in t), kind
 

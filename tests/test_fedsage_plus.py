@@ -6,22 +6,13 @@ import json
 
 import pytest
 import torch
+from fgx.federation.channel import payload_tensors
 
 # small NeighGen so that the runs take seconds
 SMALL = ["model=sage", "algorithm=fedsage_plus", "algorithm.fgen_hidden=[16,32]", "algorithm.latent_dim=16",
          "algorithm.local_gen_epochs=3", "algorithm.fed_gen_epochs=2"]
 KINDS = {"neighgen_weights", "peer_neighgen", "fgen_gradient", "fgen_gradient_sum", "global_weights", "update"}
 
-
-def _tensors(payload):
-    if isinstance(payload, torch.Tensor):
-        yield payload
-    elif isinstance(payload, dict):
-        for v in payload.values():
-            yield from _tensors(v)
-    elif isinstance(payload, (list, tuple)):
-        for v in payload:
-            yield from _tensors(v)
 
 
 def test_two_rounds_on_a_tiny_graph(run_fgx, tiny_cfg):
@@ -48,7 +39,7 @@ def test_no_payload_carries_a_raw_feature_row(run_fgx, tiny_cfg, recorded):
     labels = seen["data"].y
     assert {k for k, *_ in seen["sent"]} == KINDS
     for kind, payload, *_ in seen["sent"]:
-        for t in _tensors(payload):
+        for t in payload_tensors(payload):
             rows = t.detach().float().reshape(-1, t.shape[-1]) if t.dim() else t.view(1, 1)
             if rows.size(1) == x.size(1):
                 assert not any(r.numpy().tobytes() in raw for r in rows), kind
@@ -189,7 +180,7 @@ def test_cross_gradient_is_the_gradient_of_the_nearest_feature_term():
                                              impaired_graph, nearest_feature_loss)
 
     p = FedSagePlusParams(num_pred=2, fgen_hidden=[8], latent_dim=8, encoder_hidden=8, gen_dropout=0.0)
-    view_i, view_j = _tiny_view(seed=1), _tiny_view(seed=2)
+    view_j = _tiny_view(seed=2)
     torch.manual_seed(0)
     gen_i, gen_j = NeighGen(6, p), NeighGen(6, p)
     with torch.no_grad():

@@ -12,6 +12,7 @@ import torch
 
 from fgx.cli import conf_component_name, main
 from fgx.registry import ALGORITHMS
+from fgx.federation.channel import payload_tensors
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -52,16 +53,6 @@ def _row_set(m: torch.Tensor) -> set[bytes]:
     keep = m.abs().sum(1) > 0                  # all-zero rows (padding, halo placeholders) carry nothing
     return {r.numpy().tobytes() for r in m[keep]}
 
-
-def _tensors(payload):
-    if isinstance(payload, torch.Tensor):
-        yield payload
-    elif isinstance(payload, dict):
-        for v in payload.values():
-            yield from _tensors(v)
-    elif isinstance(payload, (list, tuple)):
-        for v in payload:
-            yield from _tensors(v)
 
 
 class Secrets:
@@ -155,7 +146,7 @@ def audit(seen) -> list[str]:
     for kind, payload in seen["payloads"]:
         if kind in seen["declared_raw"]:
             continue
-        for t in _tensors(payload):
+        for t in payload_tensors(payload):
             why = secrets.leaks(t)
             if why:
                 problems.append(f"message '{kind}' ({list(t.shape)}): {why}")

@@ -11,6 +11,7 @@ from fgx.algorithms.fedmf import FedMF
 from fgx.algorithms.pfedrec import PFedRec
 from fgx.models.lightgcn import LightGCN, LightGCNParams, normalized_bipartite_adjacency
 from fgx.models.mf import MF, MFParams
+from fgx.federation.channel import payload_tensors
 
 TINY = ["dataset=synthetic_bipartite", "dataset.num_users=90", "dataset.num_items=120", "dataset.mean_degree=12",
         "partitioner=random_users", "partitioner.num_clients=3", "rounds=2", "eval_every=1",
@@ -84,9 +85,6 @@ def watched(monkeypatch):
     return seen
 
 
-def tensors(payload):
-    return [payload] if isinstance(payload, torch.Tensor) else [t for v in payload.values() for t in tensors(v)]
-
 
 def rows_shared(t: torch.Tensor, secret: torch.Tensor) -> bool:
     if not t.is_floating_point() or t.dim() == 0 or t.shape[-1] != secret.shape[-1]:
@@ -104,7 +102,7 @@ def test_fedmf_one_round_user_embeddings_stay_local(run_fgx, watched, model):
     kinds = {k for k, *_ in watched["sent"]}
     assert kinds == {"item_updates", "item_embeddings"}
     for kind, payload, src, users, _ in watched["sent"]:
-        for t in tensors(payload):
+        for t in payload_tensors(payload):
             assert not any(rows_shared(t, u) for u in users), f"{kind} carries user embedding rows"
         if kind == "item_updates":
             cl = algo.clients[src]
@@ -130,7 +128,7 @@ def test_pfedrec_one_round_score_function_stays_local(run_fgx, watched, monkeypa
     algo = watched["algo"]
     assert {k for k, *_ in watched["sent"]} == {"item_updates", "item_embeddings"}
     for kind, payload, _, _, heads in watched["sent"]:
-        for t in tensors(payload):
+        for t in payload_tensors(payload):
             for head in heads:
                 assert not any(t.shape == q.shape and torch.equal(t, q) for q in head), f"{kind} carries a score head"
                 assert not any(q.dim() == 2 and rows_shared(t, q) for q in head)

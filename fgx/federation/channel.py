@@ -27,6 +27,18 @@ class Message:
     reason: str = ""
 
 
+def payload_tensors(payload: Any):
+    """Every tensor inside a payload (nested dicts, lists and tuples), in order."""
+    if isinstance(payload, torch.Tensor):
+        yield payload
+    elif isinstance(payload, dict):
+        for v in payload.values():
+            yield from payload_tensors(v)
+    elif isinstance(payload, (list, tuple)):
+        for v in payload:
+            yield from payload_tensors(v)
+
+
 def payload_bytes(payload: Any) -> int:
     if isinstance(payload, torch.Tensor):
         return payload.numel() * payload.element_size()

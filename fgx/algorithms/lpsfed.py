@@ -8,7 +8,8 @@ and returns to each client ρ̄_c·mean + (1-ρ̄_c)·own (Eq. 12, 14).
 
 Switches give the paper's baselines on the same model: ``loss=bpr`` is LPSFed (BPR);
 ``personalize=false`` mixes with ρ̄ = 1, i.e. plain averaging = FedAvg (LGCN) (with ``loss=bpr``);
-``federate=false`` never communicates = Local (LGCN)."""
+``federate=false`` never communicates = Local (LGCN). ``signal``, ``anchor_regen``, ``rho_tie`` and
+``code_compat`` select the authors' code's behaviour where it differs from the paper (spec 2.2, 2.3)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -24,8 +25,9 @@ from fgx.models.lgcn import LGCN
 from fgx.recsys import losses
 from fgx.recsys.bipartite import client_interactions
 from fgx.recsys.metrics import popularity_groups, ranking_metrics
-from fgx.recsys.spectral import (anchor_graph, bipartite_laplacian, cached_eigenpairs, kl_divergence,
-                                 lowest_eigenpairs, lowpass_distribution, minmax_similarity)
+from fgx.recsys.spectral import (anchor_graph, bipartite_laplacian, cached_eigenpairs, code_kl, kl_divergence,
+                                 lowest_eigenpairs, lowpass_distribution, max_similarity, minmax_similarity,
+                                 reference_anchor_sizes, single_bin_density)
 from fgx.recsys.training import sample_negatives
 from fgx.registry import ALGORITHMS
 
@@ -53,6 +55,17 @@ class LPSFedParams:
     anchor: str = field(default="gnmk", metadata=spec(choices=["gnmk", "er"]))
     anchor_stats: bool = field(default=True, metadata=spec(
         help="false: anchor from global assumptions (users = items = 500, density 5%) instead of client statistics"))
+    signal: str = field(default="eigvals", metadata=spec(
+        choices=["eigvals", "learned_kernel_x_eigvals"],
+        help="K^c: the client's Φ eigenvalues (Eq. 6/16), or |last layer's learned kernel ⊙ eigenvalues| "
+             "after each local training (authors' code)"))
+    anchor_regen: str = field(default="per_round", metadata=spec(
+        choices=["per_round", "once"], help="G_R regenerated every round (paper) or generated once (authors' code)"))
+    rho_tie: float = field(default=1.0, metadata=spec(
+        min=0.0, max=1.0, help="ρ̄ of every client when all ρ are equal (Eq. 12 is 0/0 there; authors' code: 0.5)"))
+    code_compat: bool = field(default=False, metadata=spec(
+        help="the authors' code's similarity: G_R once, sizes total/C and GNMK edges total/C², single-bin "
+             "histogram of the spectra, |scalar KL|, ρ̄ = 1 - ρ/max ρ (0.5 if max ρ = 0); rho_tie unused"))
     kl_eps: float = field(default=1e-10, metadata=spec(gt=0.0))
     warmup_rounds: int = field(default=2, metadata=spec(min=0, help="rounds without server mixing"))
     top_k: int = field(default=20, metadata=spec(min=1))
@@ -61,9 +74,9 @@ class LPSFedParams:
 class RankingClient:
     """One client's interactions, LGCN, optimiser, spectrum and margin (what stays on the client)."""
 
-    def __init__(self, cid, inter, model, optimizer, spectrum, item_group):
+    def __init__(self, cid, inter, model, optimizer, eigvals, item_group):
         self.cid, self.inter, self.model, self.optimizer = cid, inter, model, optimizer
-        self.spectrum = spectrum          # K^c, normalised first-Φ eigenvalues (never sent)
+        self.eigvals = eigvals            # first Φ Laplacian eigenvalues, K^c's source (never sent)
         self.item_group = item_group
         self.known = torch.zeros(inter.num_users, inter.num_items, dtype=torch.bool)
         self.known[inter.train[0], inter.train[1]] = True
@@ -108,6 +121,17 @@ def client_train(state: RankingClient, p: LPSFedParams, seed: int) -> float:
     return total / max(steps, 1)
 
 
+def client_similarity(state: RankingClient, kr: np.ndarray, p: LPSFedParams) -> float:
+    """ρ_c on the client (K^c never leaves it): Eq. 11 KL(K^R ‖ K^c) on the normalised signal, or
+    with ``code_compat`` the code's scalar KL between single-bin histogram densities."""
+    k = state.eigvals
+    if p.signal == "learned_kernel_x_eigvals":   # last layer's kernel wins, as in the code
+        k = state.model.kernels[-1].detach().double().cpu().numpy() * k
+    if p.code_compat:
+        return code_kl(float(kr[0]), single_bin_density(k))
+    return kl_divergence(kr, lowpass_distribution(np.abs(k), p.kl_eps))
+
+
 def personalized_mix(own: dict, mean: dict, rho_bar: float) -> dict:
     """Eq. 14: ρ̄·mean + (1-ρ̄)·own per shared tensor (ρ̄ = 1: FedAvg; ρ̄ = 0: unchanged)."""
     return {k: rho_bar * mean[k] + (1 - rho_bar) * own[k] for k in own}
@@ -134,6 +158,8 @@ class LPSFed(Algorithm):
         from fgx.config import ConfigError
         if validated.names.get("model") != "lgcn":
             raise ConfigError("model", validated.names.get("model"), "lgcn (the LPSFed family runs on LGCN)")
+        if params.signal == "learned_kernel_x_eigvals" and validated.params["model"].layers < 1:
+            raise ConfigError("algorithm.signal", params.signal, "eigvals when model.layers = 0 (no learned kernel)")
 
     def setup(self) -> None:
         ctx, p, mp = self.ctx, self.params, self.ctx.model_params
@@ -153,8 +179,7 @@ class LPSFed(Algorithm):
             model = LGCN(mp, inter.num_users, inter.num_items, torch.from_numpy(v), udeg, ideg)
             opt = (torch.optim.RMSprop if p.optimizer == "rmsprop" else torch.optim.Adam)(
                 model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
-            cl = RankingClient(c.cid, inter, model, opt, lowpass_distribution(w, p.kl_eps),
-                               popularity_groups(inter.train[1], inter.num_items))
+            cl = RankingClient(c.cid, inter, model, opt, w, popularity_groups(inter.train[1], inter.num_items))
             self.clients.append(cl)
             s = {"users": inter.num_users, "items": inter.num_items, "interactions": int(inter.train.size(1)),
                  "avg_degree": 2 * inter.train.size(1) / (inter.num_users + inter.num_items),
@@ -172,6 +197,9 @@ class LPSFed(Algorithm):
             s["group"] = "LD" if n > hi else "SS" if n <= lo else "MB"
             ctx.record("lpsfed_clients", dict(s))
         self.mean_stats = {k: float(np.mean([s[k] for s in stats])) for k in ("users", "items", "interactions")}
+        # code_compat sizes the anchor from the whole training set, as the authors' make_subgraph.py
+        self.totals = (data.num_users, data.num_items, sum(s["interactions"] for s in stats))
+        self.fixed_anchor = None
         # Algorithm 1: every client starts from the same shared networks
         init = shared_state(self.clients[0].model)
         for cl in self.clients[1:]:
@@ -179,16 +207,28 @@ class LPSFed(Algorithm):
         self.rho_bar = [1.0] * len(self.clients)
 
     def anchor_spectrum(self, r: int) -> np.ndarray:
+        """K^R of round r: normalised first-Φ eigenvalues of a fresh G_R (paper), or of one G_R
+        generated with round 0's seed (``anchor_regen=once``, ``code_compat``); with ``code_compat``
+        the single-bin histogram density [1 / (max λ - min λ)]."""
         p = self.params
-        if p.anchor_stats:
-            m, n, e = (int(round(self.mean_stats[k])) for k in ("users", "items", "interactions"))
-        else:
+        once = p.anchor_regen == "once" or p.code_compat
+        if once and self.fixed_anchor is not None:
+            return self.fixed_anchor
+        r = 0 if once else r
+        if not p.anchor_stats:
             m, n = 500, 500
             e = int(0.05 * m * n)
+        elif p.code_compat:
+            m, n, e = reference_anchor_sizes(p.anchor, *self.totals, len(self.clients))
+        else:
+            m, n, e = (int(round(self.mean_stats[k])) for k in ("users", "items", "interactions"))
         e = min(e, m * n)
         u, i = anchor_graph(p.anchor, m, n, e, seed=self.ctx.seed * 1000 + r)
         w, _ = lowest_eigenpairs(bipartite_laplacian(u, i, m, n), self.phi, seed=r)
-        return lowpass_distribution(w, p.kl_eps)
+        k = np.array([single_bin_density(w)]) if p.code_compat else lowpass_distribution(w, p.kl_eps)
+        if once:
+            self.fixed_anchor = k
+        return k
 
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
@@ -200,14 +240,19 @@ class LPSFed(Algorithm):
         kr = ch.broadcast("anchor_spectrum", torch.from_numpy(self.anchor_spectrum(r)), ids, r).numpy()
         rho, shared, margins = [], [], []
         for cl in self.clients:
-            rho.append(float(ch.send("scalar_similarity", torch.tensor(kl_divergence(kr, cl.spectrum)),
+            rho.append(float(ch.send("scalar_similarity", torch.tensor(client_similarity(cl, kr, p)),
                                      src=cl.cid, dst="server", round=r)))
             shared.append(ch.send("mlp_params", shared_state(cl.model), src=cl.cid, dst="server", round=r))
             margins.append(float(ch.send("scalar_margin", torch.tensor(cl.margin), src=cl.cid, dst="server", round=r)))
         out = {"loss": loss, "rho_mean": float(np.mean(rho))}
         if r <= p.warmup_rounds:
             return out
-        rho_bar = minmax_similarity(np.array(rho)) if p.personalize else np.ones(len(rho))
+        if not p.personalize:
+            rho_bar = np.ones(len(rho))
+        elif p.code_compat:
+            rho_bar = max_similarity(np.array(rho))
+        else:
+            rho_bar = minmax_similarity(np.array(rho), p.rho_tie)
         mean = {k: torch.stack([s[k] for s in shared]).mean(0) for k in shared[0]}   # Eq. 13
         m_bar = float(np.mean(margins))
         for cl, own, rb, mc in zip(self.clients, shared, rho_bar, margins):

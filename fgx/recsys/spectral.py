@@ -1,6 +1,8 @@
 """Spectral pieces of LPSFed: the normalised bipartite Laplacian, its Φ lowest eigenpairs (scipy's
 Lanczos ``eigsh``, dense ``eigh`` for small graphs) cached on disk per client, the normalised
-low-pass eigenvalue distribution K (Eq. 16), the KL similarity (Eq. 11) and Eq. 12's min-max map."""
+low-pass eigenvalue distribution K (Eq. 16), the KL similarity (Eq. 11) and Eq. 12's min-max map,
+plus the authors' code's variants of the last three (``code_compat``: single-bin histogram, scalar
+KL, ρ/max normalisation) and its anchor sizes."""
 from __future__ import annotations
 
 import hashlib
@@ -84,19 +86,51 @@ def kl_divergence(p: np.ndarray, q: np.ndarray) -> float:
     return float(rel_entr(p, q).sum())
 
 
-def minmax_similarity(rho: np.ndarray) -> np.ndarray:
-    """Eq. 12: ρ̄ = 1 - (ρ - min)/(max - min); all ones when every client is equally far."""
+def minmax_similarity(rho: np.ndarray, tie: float = 1.0) -> np.ndarray:
+    """Eq. 12: ρ̄ = 1 - (ρ - min)/(max - min); ``tie`` for every client when all are equally far
+    (Eq. 12 is 0/0 there; the authors' code uses 0.5)."""
     rho = np.asarray(rho, dtype=np.float64)
     span = rho.max() - rho.min()
     if span <= 0:
-        return np.ones_like(rho)
+        return np.full_like(rho, tie)
     return 1.0 - (rho - rho.min()) / span
 
 
-def anchor_graph(kind: str, num_users: int, num_items: int, num_edges: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+def single_bin_density(values: np.ndarray) -> float:
+    """The authors' code's "distribution" of a spectrum: ``np.histogram(values, bins=1,
+    density=True)``, a single number 1 / (max - min) (1.0 when all values are equal)."""
+    return float(np.histogram(np.asarray(values, dtype=np.float64), bins=1, density=True)[0][0])
+
+
+def code_kl(p: float, q: float, eps: float = 1e-10) -> float:
+    """The authors' code's KL on two single-bin densities: |(p+ε)·log((p+ε)/(q+ε))|."""
+    return float(abs((p + eps) * np.log((p + eps) / (q + eps))))
+
+
+def max_similarity(rho: np.ndarray) -> np.ndarray:
+    """The authors' code's Eq. 12 (``FED_RATIO=['rg','per']``): min forced to 0, ρ̄ = 1 - ρ/max ρ;
+    0.5 for every client when max ρ = 0."""
+    rho = np.asarray(rho, dtype=np.float64)
+    top = rho.max()
+    return np.full_like(rho, 0.5) if top == 0 else 1.0 - rho / top
+
+
+def reference_anchor_sizes(kind: str, total_users: int, total_items: int, total_interactions: int,
+                           num_clients: int) -> tuple[int, int, float]:
+    """The authors' ``make_subgraph.generate_random_graph``: M_R = round(users/C), N_R = round(items/C),
+    GNMK edges int(round(interactions/C)/C) (an extra /C); ER keeps round(interactions/C) edges but
+    with p = E/(M_R+N_R)², returned here as the edge count ``anchor_graph`` turns into that p."""
+    m, n = int(round(total_users / num_clients)), int(round(total_items / num_clients))
+    if kind == "gnmk":
+        return m, n, int(round(total_interactions / num_clients) / num_clients)
+    e = int(round(total_interactions / num_clients))
+    return m, n, e * m * n / (m + n) ** 2
+
+
+def anchor_graph(kind: str, num_users: int, num_items: int, num_edges: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """The server's neutral anchor G_R from averaged client statistics: ``gnmk`` (networkx's
     bipartite gnmk_random_graph with exactly num_edges edges) or ``er`` (bipartite Erdős–Rényi
-    with p = edges / (users * items)). Returns (users, items) edge arrays."""
+    with p = edges / (users * items); edges may be fractional there). Returns (users, items) edge arrays."""
     from networkx.algorithms import bipartite
 
     if kind == "gnmk":

@@ -168,7 +168,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     evaluator = Evaluator(ctx, ds.data)
     main_metric = top.main_metric or info.main_metric
 
-    start_round, best, elapsed_before = 1, None, 0.0
+    start_round, best, client_best, elapsed_before = 1, None, None, 0.0
     if top.resume:
         ckpt = rd.load_checkpoint()
         if ckpt is not None:
@@ -177,6 +177,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
             channel.load_state_dict(ckpt["channel"])
             torch.set_rng_state(ckpt["torch_rng"])
             start_round, best, elapsed_before = ckpt["round"] + 1, ckpt["best"], ckpt["elapsed_s"]
+            client_best = ckpt.get("client_best")
             rows = [r for r in rd.read_jsonl("metrics.jsonl") if r["round"] <= ckpt["round"]]
             rd.rewrite_jsonl("metrics.jsonl", rows)
             log.info("resumed from checkpoint at round %d", ckpt["round"])
@@ -219,11 +220,13 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                 if best is None or (val is not None and val == val and val > best["val"]):
                     best = {"round": r, "val": val, "test": res["test"]["mean"],
                             "per_client": res["test"]["per_client"]}
+                client_best = update_client_best(client_best, res, main_metric, r)
                 status += f"  val {main_metric} {val:.4f}" if val is not None else ""
                 if top.output.checkpoint:
                     rd.save_checkpoint({"round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
                                         "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
-                                        "best": best, "elapsed_s": time.time() - t_loop})
+                                        "best": best, "client_best": client_best,
+                                        "elapsed_s": time.time() - t_loop})
             progress.update(r, status, evaluate)
     finally:
         progress.close()
@@ -247,6 +250,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "final": last["test"]["mean"],
         "final_global": last["test"]["global"],
         "best": best,
+        "best_client": client_best_summary(client_best),
         "per_client": last["test"]["per_client"],
         "rounds": top.rounds,
         "wall_time_s": time.time() - t_start,
@@ -268,6 +272,31 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
              summary["wall_time_s"], main_metric, summary["final"].get(main_metric, float("nan")),
              len(clients), rd.path)
     return summary
+
+
+def update_client_best(client_best: list | None, res: dict, main_metric: str, r: int) -> list | None:
+    """Each client's test metrics at its own best validation round so far (the FED-PUB/FedGSP code's
+    protocol: every client keeps the test score of its best validation round, and the mean over
+    clients is reported). `best` above is the other protocol: one round, chosen on the mean."""
+    if "val" not in res:
+        return client_best
+    vals, tests = res["val"]["per_client"], res["test"]["per_client"]
+    client_best = client_best or [None] * len(vals)
+    for i, (v, t) in enumerate(zip(vals, tests)):
+        score = v.get(main_metric)
+        if score is None or score != score:
+            continue
+        if client_best[i] is None or score > client_best[i]["val"]:
+            client_best[i] = {"round": r, "val": score, "test": t}
+    return client_best
+
+
+def client_best_summary(client_best: list | None) -> dict | None:
+    if not client_best or any(b is None for b in client_best):
+        return None
+    return {"test": mean_over_clients([b["test"] for b in client_best]),
+            "val": float(sum(b["val"] for b in client_best) / len(client_best)),
+            "rounds": [b["round"] for b in client_best]}
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

@@ -48,6 +48,26 @@ def test_code_variant_mixes_homophily_basis_with_tau():
     assert torch.equal(mixed[0], x)
 
 
+def test_unifilter_mlp_follows_the_reference_dense_layers():
+    from fgx.models.unifilter import UniFilter, UniFilterParams
+
+    torch.manual_seed(0)
+    m = UniFilter(UniFilterParams(K=2, hidden=64, n_layers=3, dropout_mlp=0.5), in_dim=400, out_dim=4)
+    for lin in m.mlp:   # Dense.reset_parameters: U(-1/sqrt(out), 1/sqrt(out)), not nn.Linear's 1/sqrt(in)
+        bound = 1 / math.sqrt(lin.out_features)
+        assert lin.weight.abs().max() <= bound and lin.weight.abs().max() > 0.9 * bound
+    # the residual of a square layer adds the dropped-out input, as Dense.forward does
+    m.train()
+    h = torch.randn(32, 64)
+    torch.manual_seed(1)
+    out, _ = m.layer(1, h, None, None)
+    torch.manual_seed(1)
+    dropped = torch.nn.functional.dropout(h, 0.5, True)
+    assert torch.allclose(out, m.mlp[1](dropped) + dropped)
+    torch_init = UniFilter(UniFilterParams(K=2, hidden=64, n_layers=3, mlp_init="torch"), in_dim=400, out_dim=4)
+    assert torch_init.mlp[0].weight.abs().max() <= 1 / math.sqrt(400)
+
+
 @pytest.mark.parametrize("seed", range(20))
 def test_newton_equals_simplex_projection(seed):
     g = torch.Generator().manual_seed(seed)

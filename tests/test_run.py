@@ -29,6 +29,22 @@ def test_run_writes_a_complete_run_directory(run_fgx, tiny_cfg):
     assert json.loads((d / "privacy.json").read_text())["mechanism"] == "none"
 
 
+def test_best_client_is_each_clients_test_at_its_own_best_validation_round(run_fgx, tiny_cfg):
+    d = run_fgx(*tiny_cfg, "rounds=4")
+    s = json.loads((d / "summary.json").read_text())
+    rows = read_jsonl(d / "metrics.jsonl")
+    val = {r["round"]: r["per_client"] for r in rows if r["split"] == "val"}
+    test = {r["round"]: r["per_client"] for r in rows if r["split"] == "test"}
+    picked = []
+    for i in range(3):
+        best_round = max(sorted(val), key=lambda r: val[r][i]["accuracy"])   # max keeps the first of ties
+        picked.append(test[best_round][i]["accuracy"])
+    assert s["best_client"]["rounds"] == [max(sorted(val), key=lambda r: val[r][i]["accuracy"]) for i in range(3)]
+    assert s["best_client"]["test"]["accuracy"] == pytest.approx(sum(picked) / 3)
+    from fgx.report.runs import metric_values
+    assert metric_values(s)["best_client_accuracy"] == pytest.approx(sum(picked) / 3)
+
+
 def test_fedavg_update_bytes_match_model_size(run_fgx, tiny_cfg):
     d = run_fgx(*tiny_cfg)
     comm = json.loads((d / "comm.json").read_text())
@@ -94,6 +110,8 @@ def test_resume_finishes_with_the_same_metrics(run_fgx, tiny_cfg, tmp_path):
     resumed = read_jsonl(part / "metrics.jsonl")
     strip = lambda rows: [(r["round"], r["split"], r["mean"]) for r in rows]
     assert strip(resumed) == strip(full)
+    summary = lambda d: json.loads((d / "summary.json").read_text())
+    assert summary(part)["best_client"] == summary(run_fgx(*tiny_cfg, "rounds=4", "eval_every=2"))["best_client"]
 
 
 def test_cora_real_files_load_offline(run_fgx, data_root):

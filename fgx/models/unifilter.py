@@ -40,6 +40,10 @@ class UniFilterParams:
         choices=["train_edges", "code_bug", "oracle"],
         help="ĥ from training-label edges; the reference code's id-range loop; all labels (diagnostics only)"))
     bias: bool = False
+    mlp_init: str = field(default="code", metadata=spec(
+        choices=["code", "torch"],
+        help="code: the reference code's Dense layers, U(±1/sqrt(out)) and the residual adds the dropped-out "
+             "input; torch: nn.Linear's default init, residual adds the input before dropout"))
 
 
 def propagation_matrix(edge_index: torch.Tensor, num_nodes: int) -> torch.Tensor:
@@ -155,6 +159,12 @@ class UniFilter(LayerwiseModel):
         self.comb_weight = nn.Parameter(torch.full((1, p.K + 1, width), 1.0 / (p.K + 1)))
         sizes = [in_dim] + [p.hidden] * (p.n_layers - 1) + [out_dim]
         self.mlp = nn.ModuleList(nn.Linear(a, b, bias=p.bias) for a, b in zip(sizes[:-1], sizes[1:]))
+        if p.mlp_init == "code":
+            for lin in self.mlp:
+                bound = 1.0 / math.sqrt(lin.out_features)   # UniFilter's Dense.reset_parameters
+                nn.init.uniform_(lin.weight, -bound, bound)
+                if lin.bias is not None:
+                    nn.init.zeros_(lin.bias)
 
     @property
     def num_layers(self) -> int:
@@ -169,9 +179,10 @@ class UniFilter(LayerwiseModel):
         return {"h": (feats * self.comb_weight).sum(1), "e": None}
 
     def layer(self, i: int, h: torch.Tensor, e, edge_index: torch.Tensor):
-        out = self.mlp[i](nn.functional.dropout(h, self.p.dropout_mlp, self.training))
+        dropped = nn.functional.dropout(h, self.p.dropout_mlp, self.training)
+        out = self.mlp[i](dropped)
         if out.shape == h.shape:
-            out = out + h
+            out = out + (dropped if self.p.mlp_init == "code" else h)
         return out, e
 
     def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:

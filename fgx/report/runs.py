@@ -120,6 +120,10 @@ def metric_values(summary: dict) -> dict[str, float]:
     for k, v in (best.get("test") or {}).items():       # test metrics at the best validation round
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             out[f"best_{k}"] = float(v)
+    for k, v in ((summary.get("best_client") or {}).get("test") or {}).items():
+        # each client's test metrics at its own best validation round, averaged over clients
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[f"best_client_{k}"] = float(v)
     for k, v in (summary.get("privacy") or {}).items():
         if k.startswith("epsilon") and isinstance(v, (int, float)):
             out[k] = float(v)

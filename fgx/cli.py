@@ -229,6 +229,17 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def parse_command(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    args, extra = parser.parse_known_args(argv)
+    if extra:
+        # `fgx repro NAME --out DIR key=value`: overrides after an option land here; take them back
+        if isinstance(getattr(args, "overrides", None), list) and not any(x.startswith("-") for x in extra):
+            args.overrides += extra
+        else:
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "run":
@@ -238,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"fgx: {e}", file=sys.stderr)
             return 2
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parse_command(parser, argv)
     if not getattr(args, "func", None):
         parser.print_help()
         return 0 if not argv else 2

@@ -5,6 +5,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from fgx.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
@@ -80,6 +82,16 @@ def test_repro_runs_a_training_preset_and_checks_targets(tmp_path, monkeypatch, 
     assert "## Against the paper" in text
     # comparing existing runs again gives the same verdict without training
     assert main(["repro", "tiny_repro", "--from", str(out), "--out", str(out)]) == rc
+
+
+def test_repro_overrides_may_follow_options():
+    from fgx.cli import build_parser, parse_command
+
+    parser = build_parser()
+    args = parse_command(parser, ["repro", "some_preset", "--out", "o", "data_dir=d", "seed=1"])
+    assert (args.name, args.out, args.overrides) == ("some_preset", "o", ["data_dir=d", "seed=1"])
+    with pytest.raises(SystemExit):
+        parse_command(parser, ["repro", "some_preset", "--out", "o", "--bogus"])
 
 
 def test_repro_docs_lists_every_target(tmp_path):

@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--methods", default=None, help="comma-separated (default: the preset's list)")
     ap.add_argument("--metric", default=None,
-                    help="report column (default best_<main metric>: test at the best validation round)")
+                    help="report column (default: best_client_<main metric>, each client's test at its own best "
+                         "validation round, and best_<main metric>, test at the best mean-validation round)")
     ap.add_argument("--out", default=None, help="default outputs/tables/<preset>")
     ap.add_argument("overrides", nargs="*", help="extra fgx overrides for every job (e.g. rounds=20)")
     a = ap.parse_intermixed_args(argv)
@@ -89,11 +90,13 @@ def main(argv=None) -> int:
     run_jobs(a.preset, methods, seeds, out, common)
     wanted = {f"{m}_s{s}" for m in methods for s in seeds}
     runs = [r for r in find_runs([out]) if r.path.name in wanted]
-    metric = a.metric
-    if metric is None:
+    metrics = [a.metric] if a.metric else None
+    if metrics is None:
         main_metrics = {r.summary.get("main_metric") for r in runs} - {None}
-        metric = f"best_{main_metrics.pop()}" if len(main_metrics) == 1 else None
-    rep = build_report(runs, by=["algorithm"], metrics=[metric] if metric else None)
+        if len(main_metrics) == 1:
+            m = main_metrics.pop()   # each client's test at its own best validation round, and at the best mean one
+            metrics = [f"best_client_{m}", f"best_{m}"]
+    rep = build_report(runs, by=["algorithm"], metrics=metrics)
     table = render(rep, "markdown") + ("\n" + problems_text(rep) if rep.problems else "")
     print(table)
     (out / "table.md").write_text(table + "\n")

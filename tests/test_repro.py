@@ -138,6 +138,21 @@ def test_ordering_within_a_group_and_lower_is_better():
     assert "missing" in c[3].fgx
 
 
+def test_an_ordering_may_check_another_column():
+    import pandas as pd
+
+    from fgx.report.repro import compare
+    from fgx.report.table import Report
+
+    table = pd.DataFrame({"algorithm": ["a", "b"], "n": [3, 3], "ndcg_mean": [0.3, 0.2], "ndcg_std": [0.0, 0.0],
+                          "recall_mean": [0.1, 0.4], "recall_std": [0.0, 0.0]})
+    rep = Report(by=["algorithm"], metrics=["ndcg", "recall"], table=table, problems=[], runs=[])
+    t = {"ordering": [{"key": "algorithm", "order": ["a", "b"]},
+                      {"key": "algorithm", "order": ["a", "b"], "metric": "recall"}]}
+    c = compare(rep, t, "ndcg")
+    assert [x.ok for x in c] == [True, False] and "of recall" in c[1].what
+
+
 def test_repro_pndp_accounting_holds_the_papers_claims(tmp_path):
     assert main(["repro", "mafalda_fig2_pndp", "--out", str(tmp_path / "f2")]) == 0
     res = json.loads((tmp_path / "f2" / "repro.json").read_text())

@@ -15,6 +15,7 @@ Each reproducible preset ``conf/experiment/NAME.yaml`` has a targets file ``conf
     ordering:                   # expected order of group means, best first (a >= b >= ...)
       - {key: algorithm, order: [ce_fedgnn, fedgnn_st, ce_fedgnn_no_sharing]}
       - {key: algorithm, order: [mafalda_sgd, dp_dsgd], where: {algorithm.mu: 1.0}, lower_is_better: true}
+      - {key: algorithm, order: [ce_fedgnn, fedgnn_st], metric: accuracy}   # another column than `metric`
     plot: {kind: sweep, x: algorithm.local_steps}   # figures: also written beside the table
     command: python scripts/x_table.py              # only when one Hydra sweep cannot express the runs
 
@@ -205,6 +206,8 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         checks.append(Check(what, paper_s, f"{mean:.4f}{std_s}", ok))
     for o in t.get("ordering") or []:
         key, order = o["key"], [str(x) for x in o["order"]]
+        om = o.get("metric", metric)          # an ordering may check another reported column
+        groups = _group_means(rep, om)
         where = {k: str(v) for k, v in (o.get("where") or {}).items()}
         lower = bool(o.get("lower_is_better", False))
         sign = " ≤ " if lower else " ≥ "
@@ -218,7 +221,7 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
             checks.append(Check(f"ordering by {key}{scope}", sign.join(order), f"missing {missing}", False))
             continue
         ok = all((means[a] <= means[b]) if lower else (means[a] >= means[b]) for a, b in zip(order, order[1:]))
-        checks.append(Check(f"ordering of {metric} by {key}{scope}", sign.join(order),
+        checks.append(Check(f"ordering of {om} by {key}{scope}", sign.join(order),
                             " , ".join(f"{x} {means[x]:.4f}" for x in order), ok))
     return checks
 
@@ -229,7 +232,9 @@ def report_runs(name: str, t: dict, run_root: Path) -> ReproResult:
 
     runs = find_runs([run_root])
     metric = t.get("metric")
-    rep = build_report(runs, by=t.get("by"), metrics=[metric] if metric else None)
+    extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
+    metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
+    rep = build_report(runs, by=t.get("by"), metrics=metrics or None)
     metric = metric or rep.metrics[0] if rep.metrics else metric
     checks = compare(rep, t, metric) if rep.metrics else []
     res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep), out_dir=run_root)

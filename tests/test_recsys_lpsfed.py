@@ -127,7 +127,7 @@ def _per_round(recorded, kind):
 def test_anchor_regen_and_learned_kernel_signal(run_fgx, ml_root, monkeypatch, tmp_path, recorded,
                                                 extra, anchor_fixed, rho_fixed):
     monkeypatch.setenv("FGX_DATA_DIR", str(tmp_path / "cache"))
-    run_fgx(*FAST, f"data_dir={ml_root}", *extra)
+    run_fgx(*FAST, f"data_dir={ml_root}", "algorithm.code_compat=false", *extra)   # the preset sets it true
     kr = _per_round(recorded, "anchor_spectrum")       # one copy per client and round
     rho = _per_round(recorded, "scalar_similarity")
     assert len(kr) == len(rho) == 3

@@ -61,7 +61,7 @@ class LPSFedParams:
              "after each local training (authors' code)"))
     anchor_regen: str = field(default="per_round", metadata=spec(
         choices=["per_round", "once"], help="G_R regenerated every round (paper) or generated once (authors' code)"))
-    rho_tie: float = field(default=1.0, metadata=spec(
+    rho_tie: float = field(default=0.5, metadata=spec(
         min=0.0, max=1.0, help="ρ̄ of every client when all ρ are equal (Eq. 12 is 0/0 there; authors' code: 0.5)"))
     code_compat: bool = field(default=False, metadata=spec(
         help="the authors' code's similarity: G_R once, sizes total/C and GNMK edges total/C², single-bin "

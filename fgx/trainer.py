@@ -292,11 +292,12 @@ def update_client_best(client_best: list | None, res: dict, main_metric: str, r:
 
 
 def client_best_summary(client_best: list | None) -> dict | None:
-    if not client_best or any(b is None for b in client_best):
+    found = [b for b in client_best or [] if b is not None]   # a client without validation items has none
+    if not found:
         return None
-    return {"test": mean_over_clients([b["test"] for b in client_best]),
-            "val": float(sum(b["val"] for b in client_best) / len(client_best)),
-            "rounds": [b["round"] for b in client_best]}
+    return {"test": mean_over_clients([b["test"] for b in found]),
+            "val": float(sum(b["val"] for b in found) / len(found)),
+            "rounds": [None if b is None else b["round"] for b in client_best]}
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

@@ -66,9 +66,12 @@ class FedAvg(Algorithm):
 
     def apply_updates(self, chosen: list, results: list, r: int) -> float:
         """Server side: the clients' (update, loss) pairs go up the channel and their (weighted)
-        average moves the global model. Returns the mean client loss."""
+        average moves the global model. Returns the mean client loss. The updates as the server
+        received them stay in ``self.received`` (chosen states, updates) for server-side steps that
+        follow the average (FedTAD's distillation)."""
         p, ch = self.params, self.ctx.channel
         deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
+        self.received = (chosen, deltas)
         weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
         if sum(weights) == 0:
             weights = [1.0] * len(chosen)

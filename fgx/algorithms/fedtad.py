@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import copy_model, flat_params, num_train_items, round_seed, weighted_average
+from fgx.algorithms.base import copy_model, flat_params, round_seed
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -152,29 +152,6 @@ def diversity_loss(noise: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     return torch.exp(-(noise_d * feat_d).mean())
 
 
-def fedavg_round_keep_deltas(algo, r: int):
-    """FedAvg's round, also returning who took part, the global weights they started from and the
-    updates as the server received them."""
-    p, ch = algo.params, algo.ctx.channel
-    chosen = [algo.states[i] for i in algo.sample_clients(r)]
-    start = flat_params(algo.global_model)
-    gw = ch.broadcast("global_weights", start, [s.cid for s in chosen], r)
-    results = algo.ctx.executor.map(type(algo).client_fn, chosen, gw, p, round_seed(algo.ctx.seed, r))
-    deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
-    weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
-    if sum(weights) == 0:
-        weights = [1.0] * len(chosen)
-    if deltas:
-        mean = weighted_average(deltas, weights)
-    else:   # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises
-        mean = {k: torch.zeros_like(v) if v.is_floating_point() else v.clone() for k, v in start.items()}
-    avg = ch.aggregate("update", mean, len(chosen), r)
-    algo.global_model.load_state_dict({k: (v + avg[k]) if v.is_floating_point() else avg[k]
-                                       for k, v in start.items()})
-    losses = [l for _, l in results if l == l]
-    return chosen, start, deltas, float(sum(losses) / len(losses)) if losses else float("nan")
-
-
 @ALGORITHMS.register("fedtad", params=FedTADParams, tasks=("node",))
 class FedTAD(FedAvg):
     messages = {"class_reliability": Message("up"), "global_weights": Message("down"),
@@ -201,8 +178,9 @@ class FedTAD(FedAvg):
         self.local_models: list[nn.Module] = []
 
     def round(self, r: int) -> dict[str, float]:
-        chosen, start, deltas, loss = fedavg_round_keep_deltas(self, r)
-        stats = {"loss": loss}
+        start = flat_params(self.global_model)
+        stats = super().round(r)                      # FedAvg's round
+        chosen, deltas = self.received
         if self.params.glb_epochs > 0 and self.params.it_d > 0 and chosen:
             with torch.random.fork_rng(devices=[]):     # the clients' random stream stays FedAvg's
                 stats.update(self.distill(r, [s.cid for s in chosen], start, deltas))

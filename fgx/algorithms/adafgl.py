@@ -220,6 +220,8 @@ def adafgl_personal_round(state, p: AdaFGLParams, round_seed: int) -> float:
     view, model, opt = state.view, a["model"], a["optimizer"]
     train = view.train_mask
     y = view.y[train]
+    if y.numel() == 0:                               # no labels to learn from: the model stays as it is
+        return float("nan")
     torch.manual_seed(round_seed + state.cid)       # dropout
     model.train()
     total = 0.0
@@ -269,7 +271,8 @@ class AdaFGL(FedAvg):
         if not self.personalised:
             self.start_personalisation(r)
         losses = self.ctx.executor.map(adafgl_personal_round, self.states, self.params, round_seed(self.ctx.seed, r))
-        return {"loss": float(sum(losses) / len(losses))}
+        losses = [l for l in losses if l == l]
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
 
     def start_personalisation(self, r: int) -> None:
         extractor = self.ctx.channel.broadcast("knowledge_extractor", flat_params(self.global_model),

@@ -136,6 +136,7 @@ def fediih_client_update(state, p: FedIIHParams, round_seed: int):
     heads, prior, opt = state.extra["heads"], state.extra["prior"], state.extra["opt"]
     view, model = state.view, state.model
     mask, y = view.train_mask, view.y[view.train_mask]
+    labelled = y.numel() > 0                        # without labels only the VGAE term trains
     g = torch.Generator().manual_seed(round_seed + state.cid)
     torch.manual_seed(round_seed + state.cid)      # dropout
     model.train()
@@ -143,7 +144,8 @@ def fediih_client_update(state, p: FedIIHParams, round_seed: int):
     for _ in range(steps):
         opt.zero_grad()
         mu = model.factor_embeddings(view)
-        loss = nn.functional.cross_entropy(model.classify(mu)[mask], y, weight=state.loss_weight)
+        loss = nn.functional.cross_entropy(model.classify(mu)[mask], y, weight=state.loss_weight) if labelled \
+            else mu.sum() * 0.0
         if p.vgae_weight > 0:
             loss = loss + p.vgae_weight * negative_elbo(mu, heads(mu), view.edge_index, prior, g)
         loss.backward()

@@ -42,6 +42,8 @@ CASES: list[tuple[str, list[str], bool]] = [
     *[(a, [*NODE, f"algorithm={a}"], False) for a in
       ("local", "fedavg", "fedprox", "fedper", "gcfl", "fedpub", "swift_fedgnn", "fedgnn_st",
        "ce_fedgnn_no_sharing", "ce_fedgnn_no_gma")],
+    # FedGSP's baselines; fedgta and fediih bring their backbones (gamlp, disengcn)
+    *[(a, [*NODE, f"algorithm={a}"], False) for a in ("fedgnn", "fedgta", "adafgl", "fedtad", "fediih")],
     ("fedgcn (2-hop)", [*NODE, "algorithm=fedgcn", "dataset.features_public=true"], False),
     ("fedsage_plus", [*NODE, "model=sage", "algorithm=fedsage_plus", "algorithm.fgen_hidden=[16,32]",
                       "algorithm.latent_dim=16", "algorithm.local_gen_epochs=3", "algorithm.fed_gen_epochs=2"], False),

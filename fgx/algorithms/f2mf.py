@@ -136,7 +136,9 @@ def noisy_group_sums(state: FairClient, p: F2MFParams, seed: int) -> torch.Tenso
 @ALGORITHMS.register("f2mf", params=F2MFParams, tasks=("ranking",))
 class F2MF(FedMF):
     messages = {**FedMF.messages,
-                "group_stats": Message("up"),           # noisy (Σ_A P_u, |A|, Σ_D P_u, |D|): Laplace, ε = dp_epsilon
+                "group_stats": Message("up", reason=(
+                    "F2MF's group statistics (sum of BPR utilities and size of the advantaged and disadvantaged "
+                    "users), Laplace noise with ε = dp_epsilon per message (none when null)")),
                 "global_group_stats": Message("down")}  # their sum over clients
     train_fn = staticmethod(f2mf_train)
     model_names = ("mf",)

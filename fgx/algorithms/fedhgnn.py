@@ -248,7 +248,9 @@ def hgnn_train(cl: HGNNClient, p: FedHGNNParams, seed: int) -> float:
 @ALGORITHMS.register("fedhgnn", params=FedHGNNParams, tasks=("ranking",))
 class FedHGNN(Algorithm):
     messages = {
-        "perturbed_interactions": Message("up"),   # ε1-EM + ε2-RR perturbed item sets under random pseudonyms
+        "perturbed_interactions": Message("up", reason=(
+            "FedHGNN's publishing: each user's items after the ε1 exponential mechanism over groups and ε2 "
+            "randomised response inside them (local DP), under a random pseudonym")),
         "metapath_graphs": Message("down"),        # U-I-U / I-U-I of the published graph, the client's rows
         "global_model": Message("down"),           # HAN encoders, user and item tables
         "model_update": Message("up"),             # changes of the encoders and of the changed rows

@@ -162,8 +162,9 @@ def pergnn_train(cl: PerGNNClient, p: FedPerGNNParams, seed: int, num_items_glob
 @ALGORITHMS.register("fedpergnn", params=FedPerGNNParams, tasks=("ranking",))
 class FedPerGNN(Algorithm):
     messages = {
-        # to the third party: keyed item tokens, user row per interaction, the users' embeddings
-        "expansion_request": Message("up"),
+        "expansion_request": Message("up", reason=(
+            "FedPerGNN's graph expansion: to the third party, per interaction a keyed item token (key unknown to "
+            "it) and a local user row, plus the users' embeddings; it learns the client's graph up to pseudonyms")),
         "expansion_reply": Message("down"),      # other clients' user embeddings per token
         "model_update": Message("up"),           # clipped + Laplace GAT weight changes
         "item_updates": Message("up"),           # clipped + Laplace item-row changes, pseudo items mixed in

@@ -364,3 +364,24 @@ def test_fedhgnn_server_sees_only_published_perturbed_graph(run_fgx, watch):
     # the server's state is the average of what the clients uploaded, and every client holds it
     for cl in algo.clients:
         assert torch.equal(cl.model.user_table, algo.users) and torch.equal(cl.model.item_table, algo.items)
+
+
+def test_fedrap_learning_rate_decays_per_round_and_per_step(monkeypatch):
+    """The code's decays: round t starts at lr·0.97^(t-1) and each step multiplies it by step_decay."""
+    import fgx.algorithms.fedrap as fr
+    from fgx.recsys.bipartite import ClientInteractions
+    torch.manual_seed(0)
+    train = torch.tensor([[0, 0, 1, 1, 2, 2], [0, 1, 1, 2, 2, 3]])
+    inter = ClientInteractions(torch.arange(3), torch.arange(5), train, train[:, :0], train[:, :0])
+    model = fr.FedRAPModel(4, 0.1, 3, 5)
+    state = fr.ItemClient(0, inter, model, torch.optim.SGD(model.parameters(), lr=1.0))
+    seen = []
+    real = torch.optim.SGD.step
+
+    def step(self, *a, **k):
+        seen.append(self.param_groups[0]["lr"])
+        return real(self, *a, **k)
+    monkeypatch.setattr(torch.optim.SGD, "step", step)
+    p = fr.FedRAPParams(lr=0.5, round_decay=0.9, step_decay=0.8, local_epochs=1, batch_size=2, optimizer="sgd")
+    fr.fedrap_train(state, p, seed=0, r=3)
+    assert np.allclose(seen, [0.5 * 0.9 ** 2 * 0.8 ** k for k in range(3)])

@@ -23,8 +23,14 @@ who owns a personality table D and an output layer (w, b). Here a client is an o
 keep FedRAP's per-user output layer as a user vector w_u and bias b_u, and the personality table D is
 the client's, shared by its users (one D per user would be an [N, dim] table per user). The client
 holds and uploads only the C rows of its items. The code's SGD (lr 0.5 for the output layer, 200 for
-the item tables, with per-batch and per-round decays) is tuned for one-user clients; fgx uses Adam at
-one learning rate like its other MF baselines (``optimizer=sgd`` is available)."""
+the item tables) is tuned for one-user clients whose losses are means over their own few pairs; fgx
+uses Adam at one learning rate like its other MF baselines (``optimizer=sgd`` is available), with the
+code's weight decay on every parameter (``l2``, code 1e-4) and its learning-rate decays: × 0.97 per round
+(``round_decay``) and an exponential decay per step restarting each round (``step_decay``; the code's
+0.95 per batch of a one-user client, fgx 0.99 per batch of an organisation's ~20 batches per epoch).
+The −λ·MSE(D, C) term is unbounded below: without the decays, Adam moves D away from C at a constant
+rate and the loss diverges (seed 0 on ML-100K: −62 at round 40, validation NDCG@20 0.217 at round 5,
+0.108 at round 40)."""
 from __future__ import annotations
 
 import math
@@ -34,7 +40,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from fgx.algorithms.fedmf import FedMF, ItemClient, ItemSharingParams, make_optimizer
+from fgx.algorithms.fedmf import FedMF, ItemClient, ItemSharingParams
 from fgx.config import spec
 from fgx.recsys.bipartite import client_interactions
 from fgx.recsys.training import sample_negatives
@@ -51,6 +57,11 @@ class FedRAPParams(ItemSharingParams):
     schedule: str = field(default="tanh", metadata=spec(
         choices=["tanh", "fixed"], help="tanh: λ, μ scaled by tanh(t/10) in round t = 0, 1, ... (code default); "
                                         "fixed: constant"))
+    round_decay: float = field(default=0.97, metadata=spec(
+        gt=0.0, max=1.0, help="learning rate × round_decay^(t-1) in round t (code decay_rate 0.97)"))
+    step_decay: float = field(default=0.99, metadata=spec(
+        gt=0.0, max=1.0, help="learning rate × step_decay per step within a round, restarting each round (code: "
+                              "ExponentialLR 0.95 per batch of a one-user client)"))
 
 
 class FedRAPModel(nn.Module):
@@ -95,6 +106,10 @@ def fedrap_train(state: ItemClient, p: FedRAPParams, seed: int, r: int) -> float
     g = torch.Generator().manual_seed(seed + state.cid)
     lam, mu = weights_at(p, r)
     tr, model = state.inter.train, state.model
+    base_lr = p.lr * p.round_decay ** (r - 1)
+    for group in state.optimizer.param_groups:
+        group["lr"] = base_lr
+    decay = torch.optim.lr_scheduler.ExponentialLR(state.optimizer, gamma=p.step_decay)
     model.train()
     total, steps = 0.0, 0
     for _ in range(p.local_epochs):
@@ -102,11 +117,10 @@ def fedrap_train(state: ItemClient, p: FedRAPParams, seed: int, r: int) -> float
         neg_all = sample_negatives(state.known, tr[0], p.num_negatives, g)
         for b in torch.split(perm, p.batch_size):
             loss = fedrap_loss(model, tr[0, b], tr[1, b], neg_all[b], lam, mu)
-            if p.l2 > 0:
-                loss = loss + p.l2 * model.user_emb(tr[0, b]).pow(2).sum() / (2 * len(b))
             state.optimizer.zero_grad()
             loss.backward()
             state.optimizer.step()
+            decay.step()
             total += float(loss.detach())
             steps += 1
     state.delta = model.item_emb.weight.detach() - start
@@ -123,7 +137,10 @@ class FedRAP(FedMF):
         torch.manual_seed(self.ctx.seed * 7919 + c.cid)
         mp = self.ctx.model_params
         model = FedRAPModel(mp.dim, mp.emb_init_std, inter.num_users, inter.num_items)
-        return ItemClient(c.cid, inter, model, make_optimizer(self.params.optimizer, model.parameters(), self.params.lr))
+        p = self.params
+        # weight decay on every parameter, as the code's SGD(weight_decay=l2_regularization)
+        opt = (torch.optim.SGD if p.optimizer == "sgd" else torch.optim.Adam)(model.parameters(), lr=p.lr, weight_decay=p.l2)
+        return ItemClient(c.cid, inter, model, opt)
 
     def train_round(self, r: int) -> list[float]:
         return self.ctx.executor.map(fedrap_train, self.clients, self.params, self.round_seed(r), r)

@@ -84,7 +84,7 @@ class CertifiedLR(Algorithm):
         for c in self.ctx.clients:
             v = local_view(c, "node", include_cross=False)
             parties.append(PartyState(
-                cid=c.cid, edge_index=v.edge_index.numpy().astype(np.int64),
+                cid=c.cid, edge_index=v.edge_index.numpy().astype(np.int64, copy=False),
                 x_raw=v.x.float().numpy(), y=v.y.numpy().astype(np.int64),
                 masks={s: getattr(v, f"{s}_mask").numpy().astype(bool) for s in SPLITS}))
         self.server = CertifiedServer(parties, self.ctx.out_dim, p.lam, p.noise_std, self.ctx.channel,

@@ -131,8 +131,13 @@ class PartyState:
 
     def build_propagation(self, weights, r_max: float, exact: bool, dtype="float32") -> float:
         t0 = time.perf_counter()
-        ei = np.hstack([self.edge_index, self.extra_edges])
-        adj = symmetric_adjacency(ei, self.n)
+        self.prop = None            # free the previous state before building the next
+        self.invalidate()
+        adj = self.__dict__.get("_adj")
+        if adj is None or self.__dict__.get("_adj_extra") != self.extra_edges.shape[1]:
+            # the graph as given (plus injected edges); kept, so rebuilding a state does not rebuild it
+            adj = symmetric_adjacency(np.hstack([self.edge_index, self.extra_edges]), self.n)
+            self.__dict__["_adj"], self.__dict__["_adj_extra"] = adj, self.extra_edges.shape[1]
         self.prop = (ExactPropagator(adj, self.x, weights, dtype) if exact
                      else GPRPropagator(adj, self.x, weights, r_max, dtype))
         self.invalidate()
@@ -177,6 +182,8 @@ class PartyState:
             pos = np.setdiff1d(pos, gone, assume_unique=True)
         old = local.z[pos].copy()
         new = self.prop.rows(ids[pos])
+        moved = np.any(new != old, axis=1)      # exact baselines report every row; keep those that moved
+        pos, old, new = pos[moved], old[moved], new[moved]
         local.z[pos] = new
         change = RowChange(old, new, local.ysign[pos].copy(), local.z[gone].copy(), local.ysign[gone].copy())
         if gram is not None:
@@ -255,7 +262,9 @@ class CertifiedServer:
         std[std == 0] = 1.0
         self.broadcast("feature_scale", np.concatenate([mean, std]))
         for p in self.parties:
-            p.x = np.nan_to_num((p.x_raw - mean) / std).astype(dtype, copy=False)
+            p.x = np.empty(p.x_raw.shape, dtype=dtype)
+            for lo in range(0, p.n, 65536):        # row chunks: no n x F float64 temporary
+                p.x[lo:lo + 65536] = np.nan_to_num((p.x_raw[lo:lo + 65536] - mean) / std)
         if feature_norm == "row_max":
             m = self.gather("feature_stats", lambda p: {"max_row_norm": np.array([np.linalg.norm(p.x, axis=1).max()
                                                                                    if p.n else 0.0])}, reduce="max")

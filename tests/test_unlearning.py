@@ -463,6 +463,7 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
         assert r["true_norm"] <= r["data_dependent_bound"] <= r["worst_case_main"]
         assert r["total_s"] >= r["propagation_s"] + r["model_update_s"] + r["certificate_s"]
     s = out["summary"]
+    assert s["bounds_true_le_data_dependent"] == 1.0 and s["bounds_data_dependent_le_worst_case"] == 1.0
     assert 0.0 <= s["mia_auc_before"] <= 1.0 and 0.0 <= s["mia_auc_after"] <= 1.0
     assert out["setup"]["dtype"] == "float32" and out["setup"]["epsilon1"] > 0
     assert json.loads((run / "summary.json").read_text())["unlearning"]["requests"] == 4
@@ -512,3 +513,19 @@ def test_bench_script_runs_small(tmp_path):
     res = json.loads(out.read_text())
     assert res["max_column_error"] <= res["residue_error_bound"] + res["rounding_allowance"]
     assert res["residue_error_bound"] <= res["lemma31_bound"] and res["exact_s_median"] > 0
+
+
+@pytest.mark.parametrize("preset", sorted(p.stem for p in (
+    __import__("pathlib").Path(propagation_module.__file__).parents[2] / "conf" / "experiment").glob("scalegun_*.yaml")))
+def test_scalegun_presets_compose_for_every_swept_value(preset):
+    """Every method / scenario / r_max a preset sweeps is a valid configuration."""
+    from omegaconf import OmegaConf
+
+    from fgx.cli import compose, conf_dir
+    from fgx.config import validate
+
+    params = OmegaConf.load(conf_dir() / "experiment" / f"{preset}.yaml").hydra.sweeper.params
+    for key, values in params.items():
+        for value in str(values).split(","):
+            v = validate(compose([f"+experiment={preset}", f"{key}={value}"]))
+            assert v.names["algorithm"] == "certified_lr"

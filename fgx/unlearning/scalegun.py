@@ -155,6 +155,14 @@ class CertifiedUnlearning(UnlearningMethod):
              "retrain_count": proc.retrains, "budget": float(budget)}
         for key in ("total_s", "propagation_s", "model_update_s", "certificate_s", "retrain_s", "exchanges"):
             s[f"mean_{key}"] = mean(key)
+        if p.report.bounds and rows:
+            # the paper's Fig. 2 claim, request by request: true <= data-dependent <= worst-case
+            s["bounds_true_le_data_dependent"] = float(np.mean([r["true_norm"] <= r["data_dependent_bound"]
+                                                                for r in rows]))
+            s["bounds_data_dependent_le_worst_case"] = float(np.mean(
+                [r["data_dependent_bound"] <= min(r["worst_case_main"], r["worst_case_intermediate"]) for r in rows]))
+            for key in ("true_norm", "data_dependent_bound", "worst_case_main"):
+                s[f"final_{key}"] = float(rows[-1][key])
         return s
 
 

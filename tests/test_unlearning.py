@@ -466,6 +466,9 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
     assert s["bounds_true_le_data_dependent"] == 1.0 and s["bounds_data_dependent_le_worst_case"] == 1.0
     assert 0.0 <= s["mia_auc_before"] <= 1.0 and 0.0 <= s["mia_auc_after"] <= 1.0
     assert out["setup"]["dtype"] == "float32" and out["setup"]["epsilon1"] > 0
+    from fgx.report.plots import make_figure
+    fig = make_figure([run], kind="bounds")          # the paper's Fig. 2 from the run
+    assert [ln.get_label() for ln in fig.axes[0].lines] == ["worst-case bound", "data-dependent bound", "true norm"]
     assert json.loads((run / "summary.json").read_text())["unlearning"]["requests"] == 4
 
 

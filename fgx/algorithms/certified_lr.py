@@ -134,10 +134,13 @@ class CertifiedLR(Algorithm):
                               self.train_info["lbfgs_iterations"], self.train_info["train_grad_norm"])
         return {"train_grad_norm": self.train_info.get("train_grad_norm", float("nan"))}
 
-    def predict(self, client, local: bool = False) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def predict(self, client, local: bool = False, splits=SPLITS, subset: int | None = None,
+                batch_size: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """Scores of every item of ``splits`` (one global linear model: ``local`` changes nothing; the
+        scores are cheap, so ``subset`` is not used and every evaluation is complete)."""
         party = self.parties[client.cid]
         out = {}
-        for s in SPLITS:
+        for s in splits:
             ids = party.split_ids(s)
             out[s] = (torch.from_numpy(self.server.scores(party, ids)).float(), torch.from_numpy(party.y[ids]))
         return out

@@ -42,7 +42,8 @@ def main() -> None:
     ident = build_correlation("identity", w, args.k, args.b)
     print(f"graph: {g.number_of_nodes()} nodes, {g.number_of_edges()} edges; T = {steps} (k={args.k}, b={args.b})")
     print(f"closed-form H: {t_h:.2f} s")
-    print(f"MAFALDA factorisation (H + solver, {corr.iterations} iterations): {total:.2f} s wall "
+    print(f"MAFALDA factorisation (H + solver, {corr.iterations} iterations, {corr.solver_status}, projected gradient "
+          f"{corr.solver_grad_ratio:.1e} of the start): {total:.2f} s wall "
           f"(process CPU time for H twice + solver: {cpu:.2f} s)")
     print(f"peak memory (process max RSS): {peak_gb:.3f} GB")
     print(f"surrogate objective: MAFALDA {corr.objective:.4g} vs DP-D-SGD {ident.objective:.4g} "

@@ -64,8 +64,11 @@ CASES: list[tuple[str, list[str], bool]] = [
     ("fedpub ranking (lgcn)", [*RECSYS, "model=lgcn", "algorithm=fedpub"], False),
     *[(f"{a} ML-100K", [*ML100K, f"algorithm={a}"], True) for a in
       ("lpsfed", "lpsfed_bpr", "fedavg_lgcn", "local_lgcn")],
-    *[(a, [*GOSSIP, f"algorithm={a}"], False) for a in ("dsgd", "mafalda_sgd", "muffliato", "antipgd", "dmf")],
-    ("dp_dsgd", [*GOSSIP, "algorithm=dp_dsgd", "algorithm.mu=1.0"], False),
+    ("dsgd", [*GOSSIP, "algorithm=dsgd"], False),
+    *[(a, [*GOSSIP, f"algorithm={a}", "privacy=mf_gdp"], False) for a in ("mafalda_sgd", "muffliato", "antipgd", "dmf")],
+    ("dp_dsgd", [*GOSSIP, "algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.mu=1.0"], False),
+    ("mf_dsgd pndp", [*GOSSIP, "algorithm=mf_dsgd", "privacy=mf_gdp", "privacy.correlation=mafalda_message",
+                      "privacy.trust_model=pndp"], False),
     ("ce_fedgnn Cora table 2", ["+experiment=ce_fedgnn_table2_cora", "algorithm=ce_fedgnn"], True),
     ("fedavg Cora baselines", ["+experiment=baselines_cora", "algorithm=fedavg"], True),
     ("fedgsp Minesweeper", ["+experiment=fedgsp_minesweeper", "algorithm=fedgsp", "model=unifilter",

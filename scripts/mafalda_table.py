@@ -37,7 +37,7 @@ def main() -> int:
                     rd = Path(args.out) / graph / f"{m}_mu{mu}_s{s}"
                     summ = rd / "summary.json"
                     if not (summ.exists() and json.loads(summ.read_text()).get("status") == "completed"):
-                        fgx_main(["run", f"+experiment=mafalda_{graph}", f"algorithm={m}", f"algorithm.mu={mu}",
+                        fgx_main(["run", f"+experiment=mafalda_{graph}", f"algorithm={m}", f"privacy.mu={mu}",
                                   f"seed={s}", "output.progress=off", "output.checkpoint=false",
                                   f"hydra.run.dir={rd}"] + ([f"data_dir={args.data_dir}"] if args.data_dir else []))
                     finals.append(json.loads(summ.read_text())["final"]["mse"])

@@ -4,12 +4,12 @@ import pytest
 
 from fgx.decentral.topology import TopologyParams, build_graph, check_gossip_matrix, gossip_matrix
 from fgx.privacy.mf.correlations import build_correlation
-from fgx.privacy.mf.gdp import eps_from_mu, rdp_from_mu
+from fgx.privacy.mf.gdp import eps_from_mu, eps_from_mu_many, rdp_from_mu
 from fgx.privacy.mf.participation import local_patterns
 from fgx.privacy.mf.pndp import pndp_table
-from fgx.privacy.mf.sensitivity import local_sens2, sens2_from_gram
-from fgx.privacy.mf.solver import lower_factor
-from fgx.privacy.mf.trust import knowledge_gram, oriented_incidence, victim_sens2
+from fgx.privacy.mf.sensitivity import local_sens2, pattern_bound, sens2_from_gram
+from fgx.privacy.mf.solver import lower_factor, optimise_gram
+from fgx.privacy.mf.trust import knowledge_gram, oriented_incidence, victim_grams, victim_sens2
 from fgx.privacy.mf.workloads import (dl_workload, frobenius_objective_explicit, gossip_gram,
                                       lemma10_gram_explicit)
 
@@ -124,37 +124,236 @@ def test_secldp_secrets_reduce_loss_against_ldp():
         assert s_sec < 0.5 * s_pndp or max(s_sec, s_pndp) < 1e-9, (u, s_sec, s_pndp)
 
 
-def test_pndp_command(capsys):
-    from fgx.cli import main
-    assert main(["privacy", "pndp", "--graph", "florentine", "--steps", "10", "--json"]) == 0
-    import json
-    out = json.loads(capsys.readouterr().out)
-    assert out["nodes"] == 15 and out["by_distance"][0]["distance"] == 1
 
 
+# ---------------------------------------------------------------------------------- accounting pieces
+@pytest.mark.parametrize("trust", ["pndp", "secldp"])
+@pytest.mark.parametrize("gossip_steps", [1, 2])
+@pytest.mark.parametrize("attackers", [[0], [2, 5]])
+def test_victim_grams_equal_the_dense_projector(trust, gossip_steps, attackers):
+    """The Schur-complement accountant (no nT x nT matrix) equals the paper's construction
+    (B built densely, projector B^†B from an SVD) for a random correlation."""
+    _, w = florentine()
+    n, steps = w.shape[0], 4
+    rng = np.random.default_rng(1)
+    c = np.tril(rng.normal(size=(steps, steps))) + 3 * np.eye(steps)
+    inc = oriented_incidence(w)
+    dense = knowledge_gram(w, steps, c, trust, attackers, secrets=inc, gossip_steps=gossip_steps, secret_scale=0.5)
+    fast = victim_grams(w, steps, c, attackers, trust, secrets=inc, secret_scale=0.5, gossip_steps=gossip_steps)
+    assert sorted(fast) == [u for u in range(n) if u not in attackers]
+    for u, x in fast.items():
+        cols = u + n * np.arange(steps)
+        assert np.allclose(x, dense[np.ix_(cols, cols)], atol=1e-10)
+
+
+def test_sensitivity_bounds_are_upper_bounds_and_lambda_cap_binds():
+    x = np.array([[1.0, 0.5, -0.5], [0.5, 1.0, 0.5], [-0.5, 0.5, 1.0]])
+    assert pattern_bound(x, "abs_sum") == pytest.approx(6.0)
+    lam = 3 * np.linalg.eigvalsh(x)[-1]
+    assert lam < 6.0 and pattern_bound(x, "lambda_max") == pytest.approx(lam)
+    assert pattern_bound(x, "abs_sum_capped") == pytest.approx(lam)      # the λ_max cap is what binds here
+    # every bound is above the true sens² = max over unit-row Δ of tr(Δᵀ X Δ) (sampled, d = 5)
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        d = rng.normal(size=(3, 5))
+        d /= np.linalg.norm(d, axis=1, keepdims=True)
+        assert np.trace(d.T @ x @ d) <= pattern_bound(x, "abs_sum_capped") + 1e-9
+
+
+def test_pndp_cap_at_ldp_and_lambda_max_on_florentine():
+    g, w = florentine()
+    capped = {r["distance"]: r["rdp"] for r in pndp_table(w, g, 10, 0)["by_distance"]}
+    raw = {r["distance"]: r["rdp"] for r in pndp_table(w, g, 10, 0, bound="abs_sum")["by_distance"]}
+    assert raw[1]["max"] == pytest.approx(10.911, abs=1e-3)       # the paper's uncapped bound exceeds LDP
+    assert capped[1]["max"] == pytest.approx(10.0)
+    for d in (2, 3, 4):                                            # further away the abs-sum bound is the smaller
+        assert capped[d]["mean"] == pytest.approx(raw[d]["mean"], rel=1e-9)
+
+
+def test_solver_status_is_honest():
+    _, w = florentine()
+    h = gossip_gram(w, 12)
+    assert optimise_gram(h, 3, 4, max_iter=3).status == "max_iter"
+    done = optimise_gram(h, 3, 4)
+    assert done.status == "converged" and done.converged and done.grad_ratio < 1e-4
+    floor = optimise_gram(h, 3, 4, max_iter=10_000, tol=1e-30)
+    # tol 1e-30 cannot be met: the line search stops improving first, which is not convergence
+    assert floor.status == "stalled" and not floor.converged and floor.grad_ratio < 1e-4
+
+
+def test_vectorised_epsilon_matches_opacus_and_dp_accounting():
+    import dp_accounting
+    mus = [0.05, 0.3, 1.0, 2.5, 7.0]
+    many = eps_from_mu_many(mus, 1e-6)
+    for m, e in zip(mus, many):
+        assert e == pytest.approx(eps_from_mu(m, 1e-6), abs=1e-9)
+        assert e == pytest.approx(dp_accounting.get_epsilon_gaussian(1.0 / m, 1e-6), rel=1e-4)
+    assert eps_from_mu_many([0.0], 1e-6)[0] == 0.0
+
+
+# ---------------------------------------------------------------------------------- the mechanism
+class _Ctx:
+    seed = 3
+    import logging
+    log = logging.getLogger("test")
+
+
+def _bound_mechanism(correlation_of_algo, steps_k, steps_b, dim, n_graph="path", **params):
+    import networkx as nx
+    from fgx.config import build_params
+    from fgx.decentral.topology import gossip_matrix
+    from fgx.privacy.mf_gdp import GossipRelease, MFGDP, MFGDPParams
+
+    g = nx.path_graph(3) if n_graph == "path" else nx.complete_graph(3)
+    mech = MFGDP(build_params(MFGDPParams, params, "privacy"))
+    mech.bind(_Ctx())
+    mech.bind_gossip(GossipRelease(graph=g, w=gossip_matrix(g), k=steps_k, b=steps_b, gossip_steps=1, dim=dim,
+                                   lr=1.0, gradient_sensitivity=0.5), "test_algo", correlation_of_algo)
+    return mech
+
+
+@pytest.mark.parametrize("correlation", ["identity", "antipgd", "mafalda"])
+def test_released_noise_has_the_calibrated_correlated_covariance(correlation):
+    """Statistical test of what leaves a node: over many coordinates, the noise added to its T
+    messages has covariance (Δσ)²·C^{-1}C^{-T} with σ = sqrt(sens²)/μ, and nodes share none."""
+    import torch
+    k, b, dim, mu = 2, 3, 40_000, 2.0
+    mech = _bound_mechanism(correlation, k, b, dim, mu=mu)
+    from fgx.privacy.mf.correlations import build_correlation
+    from fgx.decentral.topology import gossip_matrix
+    import networkx as nx
+    corr = build_correlation(correlation, gossip_matrix(nx.path_graph(3)), k, b, 2000, 1e-8)
+    steps = k * b
+    zero = torch.zeros(dim, dtype=torch.float64)
+    noise = {u: torch.stack([-mech.release("model", zero, src=u, round=t + 1) for t in range(steps)]).numpy()
+             for u in (0, 1)}
+    assert mech.release("model_averaged", zero, src=0, round=1) is zero      # post-processing: untouched
+    std = 0.5 * np.sqrt(local_sens2(corr.c_local, b)) / mu
+    want = std ** 2 * corr.noise_mixer @ corr.noise_mixer.T
+    emp = noise[0] @ noise[0].T / dim
+    assert np.abs(emp - want).max() < 0.05 * np.abs(want).max()
+    assert np.abs(noise[0] @ noise[1].T / dim).max() < 0.05 * np.abs(want).max()
+    # repeated release of the same (node, step) gives the same message: receivers and sender agree
+    assert torch.equal(mech.release("model", zero, src=1, round=steps), mech.release("model", zero, src=1, round=steps))
+
+
+def test_decor_secrets_cancel_between_the_two_ends_of_an_edge():
+    import torch
+    dim = 40_000
+    mech = _bound_mechanism("identity", 1, 1, dim, trust_model="secldp", secret_scale=2.0)
+    zero = torch.zeros(dim, dtype=torch.float64)
+    a, b = (-mech.release("model", zero, src=u, round=1).numpy() for u in (0, 1))
+    std = 0.5 * 1.0                          # Δ σ with sens² = 1, μ = 1
+    assert np.mean(a * b) == pytest.approx(-(2.0 * std) ** 2, rel=0.05)      # edge (0, 1): +s at 0, -s at 1
+    assert np.mean(a * a) == pytest.approx(std ** 2 * (1 + 4.0), rel=0.05)
+
+
+# ---------------------------------------------------------------------------------- runs
 DECENTRAL = ["dataset=diabetes", "partitioner=topology", "partitioner.graph=florentine", "model=mlp_tabular",
              "model.hidden=8", "algorithm.k=2", "algorithm.b=2", "rounds=4", "eval_every=4", "output.progress=off"]
 
 
-def test_dp_dsgd_run_counts_gossip_messages_and_accounts(run_fgx):
+def _json(path):
     import json
-    rd = run_fgx("algorithm=dp_dsgd", "algorithm.mu=1.0", *DECENTRAL)
-    summ = json.loads((rd / "summary.json").read_text())
+    return json.loads(path.read_text())
+
+
+def test_dp_dsgd_run_counts_gossip_messages_and_accounts(run_fgx):
+    rd = run_fgx("algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.mu=1.0", *DECENTRAL)
+    summ = _json(rd / "summary.json")
     assert summ["status"] == "completed" and summ["final"]["mse"] == summ["final"]["mse"]
-    comm = json.loads((rd / "comm.json").read_text())
+    comm = _json(rd / "comm.json")
     g = build_graph(TopologyParams(graph="florentine"))
     assert comm["messages"]["model"] == 2 * g.number_of_edges() * 4
-    acc = json.loads((rd / "mf_privacy.jsonl").read_text().splitlines()[0])
-    assert acc["sens2"] == pytest.approx(2.0) and acc["epsilon"] == pytest.approx(4.8866, abs=1e-3)
+    acc = _json(rd / "privacy.json")
+    assert acc["noise"]["sens2_ldp"] == pytest.approx(2.0) and acc["epsilon"] == pytest.approx(4.8866, abs=1e-3)
+    assert summ["privacy"]["epsilon"] == acc["epsilon"] and acc["trust_model"] == "ldp"
+    # the noise reaches the models: at μ = 0.001 the nodes are far from the noise-free run
+    clean = _json(run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json")["final"]["mse"]
+    loud = _json(run_fgx("algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.mu=0.001", *DECENTRAL) / "summary.json")
+    assert loud["final"]["mse"] > 10 * clean
 
 
 def test_noise_free_dsgd_is_deterministic_and_rounds_are_checked(run_fgx):
-    import json
-    a = json.loads((run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json").read_text())["final"]["mse"]
-    b = json.loads((run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json").read_text())["final"]["mse"]
+    a = _json(run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json")["final"]["mse"]
+    b = _json(run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json")["final"]["mse"]
     assert a == b
     with pytest.raises(SystemExit, match="rounds"):
-        run_fgx("algorithm=mafalda_sgd", *DECENTRAL[:-2], "rounds=5")
+        run_fgx("algorithm=mafalda_sgd", "privacy=mf_gdp", *DECENTRAL[:-2], "rounds=5")
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["algorithm=dp_dsgd"], "privacy"),                                       # noisy variant without mf_gdp
+    (["algorithm=dsgd", "privacy=mf_gdp"], "privacy"),                        # baseline with a mechanism
+    (["algorithm=mafalda_sgd", "privacy=mf_gdp", "privacy.correlation=identity"], "privacy.correlation"),
+    (["algorithm=mf_dsgd", "privacy=mf_gdp"], "privacy.correlation"),         # MF-D-SGD names its correlation
+    (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=secldp"], "privacy.secret_scale"),
+    (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.attackers=[15]"], "privacy.attackers"),
+    (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.max_accounting_gb=0.000001"],
+     "privacy.trust_model"),
+    (["algorithm=fedavg", "privacy=mf_gdp", "dataset=csbm", "partitioner=random", "model=gcn"], "privacy.name"),
+])
+def test_mf_gdp_refuses_inconsistent_configs_before_work(run_fgx, overrides, key):
+    base = [] if "algorithm=fedavg" in overrides else DECENTRAL
+    with pytest.raises(SystemExit, match=key.replace(".", r"\.")):
+        run_fgx(*base, *overrides)
+
+
+def _cli_json(capsys, *args):
+    import json
+    from fgx.cli import main
+    capsys.readouterr()
+    assert main(["privacy", "pndp", *args, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("trust,extra", [("pndp", []), ("secldp", ["privacy.secret_scale=0.5"])])
+def test_run_pairwise_loss_equals_fgx_privacy_pndp(run_fgx, capsys, trust, extra):
+    """privacy.json of a MAFALDA-SGD run under PNDP / SecLDP holds the same per-pair table as
+    `fgx privacy pndp` for the same graph, T, correlation and participation."""
+    rd = run_fgx("algorithm=mafalda_sgd", "privacy=mf_gdp", f"privacy.trust_model={trust}", "privacy.mu=0.7", *extra,
+                 *DECENTRAL)
+    acc = _json(rd / "privacy.json")
+    cli = _cli_json(capsys, "--graph", "florentine", "--k", "2", "--b", "2", "--correlation", "mafalda", "--mu", "0.7",
+                    "--attackers", "all", "--trust-model", trust, *(["--secret-scale", "0.5"] if extra else []))
+    assert acc["trust_model"] == trust and acc["participation"] == {"kind": "record", "k": 2, "b": 2, "steps": 4}
+    run_pairs = {(p["victim"], p["attacker"]): p for p in acc["pairs"]}
+    cli_pairs = {(p["victim"], p["attacker"]): p for p in cli["pairs"]}
+    assert run_pairs.keys() == cli_pairs.keys() and len(run_pairs) == 15 * 14
+    for key, p in run_pairs.items():
+        assert p["sens2"] == pytest.approx(cli_pairs[key]["sens2"], rel=1e-9, abs=1e-12)
+        assert p["epsilon"] == pytest.approx(cli_pairs[key]["epsilon"], rel=1e-9, abs=1e-12)
+    # the run's headline is its worst pair; far pairs are much better protected than under LDP
+    assert acc["epsilon"] == pytest.approx(max(p["epsilon"] for p in acc["pairs"]))
+    assert acc["epsilon"] <= acc["ldp"]["epsilon"] + 1e-9
+    far = [p for p in acc["pairs"] if p["distance"] >= 3]
+    assert max(p["epsilon"] for p in far) < 0.2 * acc["ldp"]["epsilon"]
+
+
+def test_run_user_level_pndp_of_dp_dsgd_is_fig2(run_fgx, capsys):
+    """participation=user with DP-D-SGD is Fig. 2's setting: the run's attacker-0 table by distance is
+    the command's default output (σ from μ)."""
+    rd = run_fgx("algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.participation=user",
+                 "privacy.attackers=[0]", "privacy.mu=2.0", *DECENTRAL)
+    acc = _json(rd / "privacy.json")
+    cli = _cli_json(capsys, "--graph", "florentine", "--steps", "4", "--sigma", str(np.sqrt(4) / 2.0))
+    assert acc["noise"]["sens2_ldp"] == pytest.approx(4.0)
+    for key in ("min", "mean", "max"):
+        assert [r["rdp"][key] for r in acc["by_distance"]] == pytest.approx([r["rdp"][key] for r in cli["by_distance"]])
+
+
+def test_muffliato_pndp_counts_the_averaged_messages(run_fgx):
+    """K = 2 gossip steps: the later message is post-processing under LDP (same ε) but under PNDP the
+    attacker also receives its neighbours' averages, so every pair loses at least as much privacy."""
+    base = ["algorithm=muffliato", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.attackers=[0]", *DECENTRAL]
+    one = _json(run_fgx(*base, "algorithm.gossip_steps=1") / "privacy.json")
+    two = _json(run_fgx(*base, "algorithm.gossip_steps=2") / "privacy.json")
+    comm = _json(run_fgx(*base, "algorithm.gossip_steps=2") / "comm.json")
+    assert comm["messages"]["model_averaged"] == comm["messages"]["model"]
+    assert one["ldp"]["epsilon"] == two["ldp"]["epsilon"]
+    s1 = {p["victim"]: p["sens2"] for p in one["pairs"]}
+    s2 = {p["victim"]: p["sens2"] for p in two["pairs"]}
+    assert all(s2[u] >= s1[u] - 1e-12 for u in s1) and any(s2[u] > s1[u] * 1.01 for u in s1)
 
 
 def test_per_sample_clipping_bounds_each_gradient():
@@ -165,3 +364,32 @@ def test_per_sample_clipping_bounds_each_gradient():
     assert (out.norm(dim=-1) <= 1.0 + 1e-5).all()
     small = torch.full((1, 2, 4), 0.01)
     assert torch.allclose(clip_and_average(small, 1.0), small.mean(1))
+
+
+# ---------------------------------------------------------------------------------- data
+def test_synthetic_regression_is_housing_shaped_and_fixed_across_seeds():
+    from fgx.data.base import DataEnv
+    from fgx.data.tabular import SyntheticRegressionParams, load_synthetic_regression
+    import logging
+    env = lambda s: DataEnv(data_dir=None, seed=s, log=logging.getLogger("t"))   # noqa: E731
+    a = load_synthetic_regression(SyntheticRegressionParams(), env(0))
+    b = load_synthetic_regression(SyntheticRegressionParams(), env(1))
+    assert tuple(a.data.x.shape) == (20640, 8) and int(a.data.train_mask.sum()) == 16512
+    assert a.info.source == "generated" and a.info.task == "regression"
+    assert not np.array_equal(a.data.train_mask.numpy(), b.data.train_mask.numpy())      # the split follows the seed
+    ya, yb = np.sort(a.data.y.numpy()), np.sort(b.data.y.numpy())
+    assert np.array_equal(ya, yb)                                                          # the rows do not
+    assert 1.9 < ya.mean() < 2.25 and 1.0 < ya.std() < 1.3                                 # Housing's scale
+
+
+def test_topology_partition_gives_every_node_the_same_training_rows():
+    import torch
+    from types import SimpleNamespace
+    from fgx.partition.topology import topology_partition
+    train = torch.zeros(442, dtype=torch.bool)
+    train[torch.randperm(442, generator=torch.Generator().manual_seed(0))[:353]] = True
+    parts = topology_partition(TopologyParams(graph="florentine"), SimpleNamespace(num_nodes=442, train_mask=train),
+                               None, 0)
+    counts = [int(train[p].sum()) for p in parts]
+    assert max(counts) - min(counts) <= 1 and sum(len(p) for p in parts) == 442
+    assert len(torch.cat(parts).unique()) == 442

@@ -112,7 +112,8 @@ DEVICE_PATH = ["dataset=csbm", "dataset.num_nodes=240", "dataset.num_features=8"
      "algorithm=fedgsp", "algorithm.k_principal=2", "rounds=2", "eval_every=1"],
     # all node models as one tensor, correlated noise drawn on the CPU
     ["dataset=diabetes", "partitioner=topology", "partitioner.graph=florentine", "model=mlp_tabular",
-     "model.hidden=8", "algorithm=mafalda_sgd", "algorithm.k=2", "algorithm.b=2", "rounds=4", "eval_every=4"],
+     "model.hidden=8", "algorithm=mafalda_sgd", "privacy=mf_gdp", "algorithm.k=2", "algorithm.b=2", "rounds=4",
+     "eval_every=4"],
 ], ids=["fedavg_dp_sampler", "ce_fedgnn_metric_dp", "certified_lr_scalegun", "fedgsp", "mafalda_sgd"])
 def test_device_end_to_end(run_fgx, device, setup):
     """The same path on every device: models, fgx's sampler, privacy noise, unlearning, server-side

@@ -1,17 +1,18 @@
 """Decentralised SGD with (optionally correlated) local noise over a gossip graph (Bellet et al.
-2025, Algorithm 1 MF-D-SGD): each round every node takes one clipped, noised gradient step on its
-next batch, sends its half-step model θ_{t+½} to its neighbours (channel kind ``model``), and
-averages what it receives with the gossip matrix W. ``gossip_steps`` K > 1 repeats the averaging
-(Muffliato-SGD).
+2025, Algorithm 1 MF-D-SGD): each round every node takes one clipped gradient step on its next
+batch, sends its half-step model θ_{t+½} to its neighbours (channel kind ``model``), and averages
+what it receives with the gossip matrix W. ``gossip_steps`` K > 1 repeats the averaging
+(Muffliato-SGD), each repetition sending the averaged models (kind ``model_averaged``).
 
 Variants (one name each): dsgd (no noise), dp_dsgd (independent noise, C = I), antipgd
 (C_local = tril(1)), dmf (centralised multi-epoch MF applied locally), mafalda_sgd (C_local
-optimised for the gossip workload), muffliato (independent noise, K gossip steps).
+optimised for the gossip workload), muffliato (independent noise, K gossip steps), mf_dsgd (the
+correlation named by privacy.correlation).
 
 Participation is (k, b) cyclic: a node's training rows are split into b equal batches used in turn,
-so T = rounds = k·b and each record enters k steps. Noise: z ~ N(0, (clip·sens/μ)²) per node and
-step, n = C_local^{-1} z added to the batch-mean gradient (÷ batch size): the whole run is μ-GDP
-under LDP (Theorem 7), reported as (ε, δ) in mf_privacy.jsonl and metrics.jsonl."""
+so T = rounds = k·b and each record enters k steps. The noise is privacy=mf_gdp's
+(fgx/privacy/mf_gdp.py): it is added to the messages in the channel and accounted there; every
+variant but dsgd needs it, dsgd refuses it."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -33,29 +34,31 @@ class GossipParams:
     gossip_steps: int = field(default=1, metadata=spec(min=1, help="K averaging steps per gradient (Muffliato)"))
     k: int = field(default=5, metadata=spec(min=1, help="participations of each record (epochs); rounds = k*b"))
     b: int = field(default=4, metadata=spec(min=1, help="batches per node per epoch (participation separation)"))
-    mu: float = field(default=1.0, metadata=spec(gt=0.0, help="μ-GDP target of the whole run (LDP)"))
-    delta: float = field(default=1e-6, metadata=spec(gt=0.0, max=1.0))
-    solver_max_iter: int = field(default=2000, metadata=spec(min=1))
-    solver_tol: float = field(default=1e-8, metadata=spec(gt=0.0))
 
 
 class GossipSGD(Algorithm):
-    messages = {"model": Message("peer")}
-    correlation: str | None = "identity"    # None: no noise
+    gossip = True                           # privacy=mf_gdp accounts these algorithms
+    messages = {"model": Message("peer", release=True),
+                "model_averaged": Message("peer", release=True)}
+    correlation: str | None = "identity"    # None: no noise; "privacy": privacy.correlation
 
     @classmethod
     def check_config(cls, params, validated) -> None:
+        name, privacy = validated.names["algorithm"], validated.names["privacy"]
         if validated.names["partitioner"] != "topology":
             raise ConfigError("partitioner", validated.names["partitioner"],
                               "topology (decentralised algorithms need the communication graph)")
-        if validated.names["privacy"] != "none":
-            raise ConfigError("privacy", validated.names["privacy"],
-                              "none (the gossip algorithms add their own local noise: algorithm.mu)")
+        if cls.correlation is not None and privacy != "mf_gdp":
+            raise ConfigError("privacy", privacy, f"mf_gdp (algorithm={name} is defined by its noise, which "
+                              f"privacy=mf_gdp adds and accounts; the noise-free baseline is algorithm=dsgd)")
+        if cls.correlation is None and privacy != "none":
+            raise ConfigError("privacy", privacy, "none (algorithm=dsgd is the non-private baseline; "
+                              "its private variants are dp_dsgd, mafalda_sgd, ...)")
         if validated.top.rounds != params.k * params.b:
             raise ConfigError("rounds", validated.top.rounds, f"algorithm.k * algorithm.b = {params.k * params.b}")
 
     def setup(self) -> None:
-        from fgx.decentral.runtime import CorrelatedNoise, FlatModel
+        from fgx.decentral.runtime import FlatModel
         from fgx.decentral.topology import TopologyParams, build_graph, gossip_matrix
         from omegaconf import OmegaConf
 
@@ -66,7 +69,8 @@ class GossipSGD(Algorithm):
         dev = ctx.device                 # all n node models, data and W live on one device
         self.w = torch.tensor(w, dtype=torch.float32, device=dev)
         self.n = len(w)
-        self.neighbours = [[int(j) for j in np.nonzero(w[u])[0] if j != u] for u in range(self.n)]
+        # receivers of node u's messages: every v that averages them (W[v, u] > 0)
+        self.receivers = [[int(v) for v in np.nonzero(w[:, u])[0] if v != u] for u in range(self.n)]
         self.flat = FlatModel(ctx.build_model())
         self.theta = self.flat.initial().to(dev).unsqueeze(0).repeat(self.n, 1)
         d = self.theta.size(1)
@@ -80,48 +84,38 @@ class GossipSGD(Algorithm):
         self.y = torch.stack([y[: p.b * self.batch] for y in ys]).view(self.n, p.b, self.batch).to(dev)
         test = ctx.global_data.test_mask
         self.x_test, self.y_test = ctx.global_data.x[test].to(dev), ctx.global_data.y[test].to(dev)
-        self.noise, self.account = None, {"correlation": self.correlation, "mu": None, "epsilon": None}
         if self.correlation is not None:
-            from fgx.privacy.mf.correlations import build_correlation
-            from fgx.privacy.mf.gdp import eps_from_mu, rdp_from_mu
+            from fgx.privacy.mf_gdp import GossipRelease
 
-            corr = build_correlation(self.correlation, w, p.k, p.b, p.solver_max_iter, p.solver_tol)
-            std = p.clip * np.sqrt(corr.sens2) / p.mu
-            self.noise = CorrelatedNoise(corr.noise_mixer, (self.n, d), std, ctx.seed * 7_777_777 + 1)
-            self.account = {"correlation": corr.name, "trust_model": "ldp", "participation": {"k": p.k, "b": p.b},
-                            "sens2": corr.sens2, "noise_std_per_coordinate": std, "mu": p.mu, "delta": p.delta,
-                            "epsilon": eps_from_mu(p.mu, p.delta), "rdp_alpha2": rdp_from_mu(p.mu, 2.0),
-                            "surrogate_objective": corr.objective, "solver_s": corr.solve_s,
-                            "solver_iterations": corr.iterations}
-        ctx.log.info("%s: %d nodes, batch %d, T = %d; privacy %s", type(self).__name__, self.n, self.batch,
-                     p.k * p.b, self.account)
+            # one record changes a node's batch-mean of clipped gradients by at most clip / batch
+            ctx.privacy.bind_gossip(GossipRelease(
+                graph=self.graph, w=w, k=p.k, b=p.b, gossip_steps=p.gossip_steps, dim=d, lr=p.lr,
+                gradient_sensitivity=p.clip / self.batch), type(self).__name__, self.correlation)
+        ctx.log.info("%s: %d nodes, batch %d, T = %d", type(self).__name__, self.n, self.batch, p.k * p.b)
+
+    def _send(self, kind: str, models: torch.Tensor, r: int) -> torch.Tensor:
+        """Every node sends its row of ``models`` to its receivers through the channel (privacy=mf_gdp
+        noises ``model``); returns what was sent, which is also what the sender keeps."""
+        out = torch.empty_like(models)
+        for u in range(self.n):
+            out[u] = self.ctx.channel.broadcast(kind, models[u], self.receivers[u], round=r, src=u)
+        return out
 
     def round(self, r: int) -> dict[str, float]:
         from fgx.decentral.runtime import clip_and_average
 
         p, t = self.params, r - 1
-        if r == 1:
-            self.ctx.record("mf_privacy", dict(self.account))
         j = t % p.b
         x, y = self.x[:, j], self.y[:, j]
         with torch.no_grad():
             loss = float((torch.vmap(self.flat.predict)(self.theta, x) - y).pow(2).mean())
         g = clip_and_average(self.flat.per_sample_grads(self.theta, x, y).detach(), p.clip)
-        if self.noise is not None:
-            g = g + self.noise.step(t).to(g.device) / self.batch     # drawn on the CPU: same noise on every device
-        half = self.theta - p.lr * g
-        for _ in range(p.gossip_steps):
-            received = torch.zeros_like(half)
-            for u in range(self.n):
-                for v in self.neighbours[u]:
-                    msg = self.ctx.channel.send("model", half[u], src=u, dst=v, round=r)
-                    received[v] += self.w[v, u] * msg
-            half = received + self.w.diagonal().unsqueeze(1) * half
-        self.theta = half
-        out = {"loss": loss}
-        if self.account.get("epsilon") is not None:
-            out["epsilon"] = self.account["epsilon"]
-        return out
+        sent = self._send("model", self.theta - p.lr * g, r)
+        mixed = self.w @ sent
+        for _ in range(p.gossip_steps - 1):
+            mixed = self.w @ self._send("model_averaged", mixed, r)
+        self.theta = mixed
+        return {"loss": loss}
 
     def client_metrics(self, client) -> dict:
         u = client.cid
@@ -136,9 +130,6 @@ class GossipSGD(Algorithm):
 
     def load_state_dict(self, state: dict) -> None:
         self.theta = state["theta"].to(self.ctx.device)
-        # the noise stream restarts from its seed: replay the draws of the finished rounds
-        if self.noise is not None:
-            self.noise.restart()
 
 
 def _variant(name: str, correlation: str | None, doc: str):
@@ -152,3 +143,4 @@ AntiPGD = _variant("antipgd", "antipgd", "AntiPGD in DL: each node subtracts the
 DMF = _variant("dmf", "dmf", "D-MF: the centralised optimal multi-epoch factorisation applied locally.")
 MafaldaSGD = _variant("mafalda_sgd", "mafalda", "MAFALDA-SGD: local correlation optimised for the gossip workload.")
 Muffliato = _variant("muffliato", "identity", "Muffliato-SGD: independent noise, K gossip steps per gradient.")
+MFDSGD = _variant("mf_dsgd", "privacy", "MF-D-SGD (Algorithm 1) with the correlation named by privacy.correlation.")

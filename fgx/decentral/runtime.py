@@ -1,6 +1,6 @@
 """Vectorised node models for decentralised SGD: all n node models are one (n, d) tensor; per-sample
-gradients with torch.func (vmap over nodes of vmap over samples of grad), per-sample clipping, and
-streamed correlated noise n_t = Σ_{τ<=t} (C_local^{-1})_{tτ} z_τ."""
+gradients with torch.func (vmap over nodes of vmap over samples of grad) and per-sample clipping. The
+noise is privacy=mf_gdp's (fgx/privacy/mf/noise.py)."""
 from __future__ import annotations
 
 import numpy as np
@@ -38,31 +38,3 @@ def clip_and_average(g: torch.Tensor, clip: float) -> torch.Tensor:
     """(n, B, d) per-sample gradients -> (n, d) mean of the gradients clipped to L2 norm ``clip``."""
     norms = g.norm(dim=-1, keepdim=True)
     return (g * (clip / norms.clamp(min=clip))).mean(1)
-
-
-class CorrelatedNoise:
-    """Per node and coordinate z_t ~ N(0, std²) i.i.d.; returns the step-t row of C^{-1} z. Keeps the
-    z's drawn so far (T × n × d at most): exact same draws as a precomputed C^{-1}Z."""
-
-    def __init__(self, mixer: np.ndarray, shape: tuple[int, int], std: float, seed: int):
-        self.mixer = torch.tensor(mixer, dtype=torch.float32)
-        self.std = std
-        self.seed = seed
-        self.gen = torch.Generator().manual_seed(seed)
-        self.shape = shape
-        self.z: list[torch.Tensor] = []
-
-    def restart(self) -> None:
-        """Forget the draws; the next step(t) redraws z_0..z_t from the seed (resume)."""
-        self.z.clear()
-        self.gen.manual_seed(self.seed)
-
-    def step(self, t: int) -> torch.Tensor:
-        while len(self.z) <= t:
-            self.z.append(torch.randn(self.shape, generator=self.gen) * self.std)
-        coeffs = self.mixer[t, : t + 1]
-        nz = torch.nonzero(coeffs).view(-1)
-        out = torch.zeros(self.shape)
-        for i in nz.tolist():
-            out += coeffs[i] * self.z[i]
-        return out

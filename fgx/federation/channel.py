@@ -87,17 +87,19 @@ class Channel:
             self.auditor(kind, payload, src, dst, round)
         return payload
 
-    def broadcast(self, kind: str, payload: Any, dsts, round: int) -> Any:
-        """The server sends the same payload to each of ``dsts``; bytes are counted per receiver."""
+    def broadcast(self, kind: str, payload: Any, dsts, round: int, src="server") -> Any:
+        """``src`` (the server, or a peer in decentralised runs) sends the same payload to each of
+        ``dsts``: the privacy mechanism sees it once, bytes are counted per receiver, and the
+        returned payload is what every receiver gets (and what a peer sender keeps)."""
         m = self._check(kind)
         if m.release and self.privacy is not None:
-            payload = self.privacy.release(kind, payload, src="server", round=round)
+            payload = self.privacy.release(kind, payload, src=src, round=round)
         dsts = list(dsts)
         self.bytes[round][kind] += payload_bytes(payload) * len(dsts)
         self.counts[round][kind] += len(dsts)
         if self.auditor is not None:
             for d in dsts:
-                self.auditor(kind, payload, "server", d, round)
+                self.auditor(kind, payload, src, d, round)
         return payload
 
     def aggregate(self, kind: str, payload: Any, num_contributors: int, round: int) -> Any:

@@ -29,6 +29,12 @@ class Correlation:
     objective: float           # ℒ_opti on the post-averaging gossip workload
     solve_s: float = 0.0
     iterations: int = 0
+    solver_status: str | None = None      # None: closed form (identity, antipgd)
+    solver_grad_ratio: float | None = None
+
+    def solver_report(self) -> dict:
+        return {"iterations": self.iterations, "status": self.solver_status or "closed form",
+                "projected_gradient_ratio": self.solver_grad_ratio, "seconds": self.solve_s}
 
     @property
     def noise_mixer(self) -> np.ndarray:
@@ -47,7 +53,7 @@ def build_correlation(name: str, w: np.ndarray, k: int, b: int, max_iter: int = 
         return _CACHE[key]
     t0 = time.perf_counter()
     h_util = gossip_gram(w, steps, "postavg")
-    iters = 0
+    iters, status, ratio = 0, None, None
     if name == "identity":
         c = np.eye(steps)
     elif name == "antipgd":
@@ -56,10 +62,10 @@ def build_correlation(name: str, w: np.ndarray, k: int, b: int, max_iter: int = 
         h = {"dmf": lambda: prefix_gram(steps), "mafalda": lambda: h_util,
              "mafalda_message": lambda: gossip_gram(w, steps, "message")}[name]()
         res = optimise_gram(h, k, b, max_iter=max_iter, tol=tol)
-        c, iters = lower_factor(res.x), res.iterations
+        c, iters, status, ratio = lower_factor(res.x), res.iterations, res.status, res.grad_ratio
     else:
         raise ValueError(f"unknown correlation {name!r}; known: {list(CORRELATIONS)}")
     s2 = local_sens2(c, b)
-    corr = Correlation(name, c, s2, surrogate_objective(h_util, c, s2), time.perf_counter() - t0, iters)
+    corr = Correlation(name, c, s2, surrogate_objective(h_util, c, s2), time.perf_counter() - t0, iters, status, ratio)
     _CACHE[key] = corr
     return corr

@@ -15,12 +15,22 @@ from scipy.linalg import cho_factor, cho_solve, cholesky, LinAlgError
 from fgx.privacy.mf.participation import same_class_mask
 
 
+STATUSES = ("converged", "stalled", "max_iter")
+
+
 @dataclass
 class SolverResult:
     x: np.ndarray
     objective: float       # tr(H X^{-1}) with sens² = 1
     iterations: int
-    converged: bool
+    status: str            # converged: the last step moved X by <= tol; stalled: the line search
+                           # found no decrease (floating-point floor, or not yet stationary);
+                           # max_iter: stopped by the iteration limit
+    grad_ratio: float      # max |projected gradient| at the end / at the start (0 at a stationary point)
+
+    @property
+    def converged(self) -> bool:
+        return self.status == "converged"
 
 
 def _inv_pd(x: np.ndarray):
@@ -52,8 +62,9 @@ def optimise_gram(h: np.ndarray, k: int, b: int, max_iter: int = 10_000, tol: fl
     xinv = _inv_pd(x)
     loss = float(np.sum(h * xinv))
     grad = _project(-xinv @ h @ xinv, mask, classes, b)
+    grad0 = float(np.max(np.abs(grad))) or 1.0
     prev = None
-    converged = False
+    status = "max_iter"
     it = 0
     for it in range(1, max_iter + 1):
         direction = -grad
@@ -78,16 +89,17 @@ def optimise_gram(h: np.ndarray, k: int, b: int, max_iter: int = 10_000, tol: fl
                     break
             step *= 0.25
         if not accepted:
-            converged = True
+            status = "stalled"
             break
         dx = cand - x
         new_grad = _project(-cinv @ h @ cinv, mask, classes, b)
         prev = (dx, new_grad - grad)
         x, xinv, loss, grad = cand, cinv, cl, new_grad
         if np.max(np.abs(dx)) <= tol:
-            converged = True
+            status = "converged"
             break
-    return SolverResult(x=x, objective=loss, iterations=it, converged=converged)
+    return SolverResult(x=x, objective=loss, iterations=it, status=status,
+                        grad_ratio=float(np.max(np.abs(grad))) / grad0)
 
 
 def lower_factor(x: np.ndarray) -> np.ndarray:

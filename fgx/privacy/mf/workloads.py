@@ -19,16 +19,25 @@ def matrix_powers(w: np.ndarray, count: int) -> np.ndarray:
     return out
 
 
-def dl_workload(w: np.ndarray, steps: int, initial_power: int = 0) -> np.ndarray:
+def dl_workload(w: np.ndarray, steps: int, initial_power: int = 0, gossip_steps: int = 1) -> np.ndarray:
     """Dense block-Toeplitz workload: block (r, s) = W^(r - s + initial_power) for r >= s.
     initial_power 0: 𝐖_T (messages, what an LDP attacker sees); 1: (I_T ⊗ W)𝐖_T (models after
-    averaging, the utility workload). Size (nT)²: small graphs only."""
+    averaging, the utility workload). Size (nT)²: small graphs only.
+
+    ``gossip_steps`` K > 1 (Muffliato; initial_power 0 only): every step sends K messages, the
+    half-step model θ_{t+½} and then W^m θ_{t+½} for m = 1..K-1, and θ_{t+1} = W^K θ_{t+½}; row
+    block (t·K + m, s) is W^(K(t-s) + m), i.e. 𝐖_{KT}(I_T ⊗ [I_n; 0]) of the paper (App. A.4)."""
     n = w.shape[0]
-    pw = matrix_powers(w, steps + initial_power)
-    out = np.zeros((n * steps, n * steps))
+    if gossip_steps > 1 and initial_power:
+        raise ValueError("gossip_steps > 1 is defined for the message workload (initial_power 0) only")
+    k = gossip_steps
+    pw = matrix_powers(w, k * steps + initial_power)
+    out = np.zeros((n * steps * k, n * steps))
     for r in range(steps):
-        for s in range(r + 1):
-            out[r * n:(r + 1) * n, s * n:(s + 1) * n] = pw[r - s + initial_power]
+        for m in range(k):
+            row = (r * k + m) * n
+            for s in range(r + 1):
+                out[row:row + n, s * n:(s + 1) * n] = pw[k * (r - s) + m + initial_power]
     return out
 
 

@@ -283,7 +283,7 @@ def test_noise_free_dsgd_is_deterministic_and_rounds_are_checked(run_fgx):
 
 
 @pytest.mark.parametrize("overrides,key", [
-    (["algorithm=dp_dsgd"], "privacy"),                                       # noisy variant without mf_gdp
+    (["algorithm=dp_dsgd", "privacy=none"], "privacy"),                       # noisy variant without mf_gdp
     (["algorithm=dsgd", "privacy=mf_gdp"], "privacy"),                        # baseline with a mechanism
     (["algorithm=mafalda_sgd", "privacy=mf_gdp", "privacy.correlation=identity"], "privacy.correlation"),
     (["algorithm=mf_dsgd", "privacy=mf_gdp"], "privacy.correlation"),         # MF-D-SGD names its correlation

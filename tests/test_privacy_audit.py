@@ -36,10 +36,7 @@ ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=ligh
                                  "fediih": ["model=disengcn"],
                                  "fedsage_plus": ["model=sage", "algorithm.local_gen_epochs=2",   # GraphSAGE;
                                                   "algorithm.fed_gen_epochs=2"],          # short NeighGen
-                                 # the private gossip variants take their noise from privacy=mf_gdp
-                                 **{a: ["privacy=mf_gdp"] for a in ("dp_dsgd", "antipgd", "dmf", "mafalda_sgd",
-                                                                    "muffliato")},
-                                 "mf_dsgd": ["privacy=mf_gdp", "privacy.correlation=identity"]}
+                                 "mf_dsgd": ["privacy.correlation=identity"]}   # MF-D-SGD names its correlation
 
 
 def presets() -> list[tuple[str, str, str]]:

@@ -15,8 +15,9 @@ class GossipNoise:
     """Noise of all n nodes at step t, (n, d), drawn on the CPU from one generator (the same draws on
     every device). Keeps z_0..z_t (T × n × d float32 at most) and computes the noise of ``block``
     steps at once as one product C^{-1}[block, :t] z[:t] (a dense MAFALDA C^{-1} row-by-row would
-    read all past z at every step). After a resume the stream is replayed from the seed, so a
-    resumed run adds exactly the noise of an uninterrupted one."""
+    read all past z at every step). After a resume the stream is replayed from the seed and the
+    blocks are aligned to multiples of ``block``, so a resumed run adds the noise of an
+    uninterrupted one."""
 
     def __init__(self, mixer: np.ndarray, n: int, dim: int, std: float, seed: int,
                  incidence: np.ndarray | None = None, secret_scale: float = 0.0, block: int = 32):
@@ -49,12 +50,13 @@ class GossipNoise:
     def step(self, t: int) -> torch.Tensor:
         """n_t = Σ_{τ<=t} (C^{-1})_{tτ} z_τ (+ the secrets of step t), shape (n, d), float32."""
         if self.cache is None or not self.cache[0] <= t < self.cache[0] + len(self.cache[1]):
-            end = min(self.steps, t + self.block)
+            start = t - t % self.block        # aligned blocks: a resumed run computes the same products
+            end = min(self.steps, start + self.block)
             self._draw(end - 1)
-            rows = self.mixer[t:end, :end]
+            rows = self.mixer[start:end, :end]
             used = torch.nonzero(rows.abs().sum(0)).view(-1)      # identity: 1 step per row, AntiPGD: 2
-            block = (rows[:, used] @ self.z[used].reshape(len(used), -1)).reshape(end - t, self.n, self.dim)
+            block = (rows[:, used] @ self.z[used].reshape(len(used), -1)).reshape(end - start, self.n, self.dim)
             if self.incidence is not None:
-                block += self.secret_rows[t:end]
-            self.cache = (t, block)
+                block += self.secret_rows[start:end]
+            self.cache = (start, block)
         return self.cache[1][t - self.cache[0]]

@@ -1,6 +1,7 @@
 """Decentralised SGD (fgx/algorithms/gossip.py), checked from the half-step models the nodes sent:
 θ_{t+1} = W·θ_{t+½} with the topology's gossip matrix, then θ_{t+1+½} = θ_{t+1} - lr·(ĝ + n_t) with
-‖ĝ‖ ≤ clip and the noise n = C_local^{-1} z, z ~ N(0, (clip·√sens²/μ / batch)²) per coordinate."""
+‖ĝ‖ ≤ clip and the noise n = C_local^{-1} z, z ~ N(0, (clip·√sens²/μ / batch)²) per coordinate, added to the messages by privacy=mf_gdp (which the
+private variants bring)."""
 from __future__ import annotations
 
 import json
@@ -15,7 +16,7 @@ from mechanisms import by_round
 K, B, LR, CLIP, MU = 2, 2, 0.1, 1.0, 0.05
 GOSSIP = ["dataset=diabetes", "partitioner=topology", "partitioner.graph=florentine", "model=mlp_tabular",
           "model.hidden=8", f"algorithm.k={K}", f"algorithm.b={B}", f"rounds={K * B}", f"eval_every={K * B}",
-          f"algorithm.lr={LR}", f"algorithm.clip={CLIP}", f"algorithm.mu={MU}", "output.checkpoint=false"]
+          f"algorithm.lr={LR}", f"algorithm.clip={CLIP}", f"privacy.mu={MU}", "output.checkpoint=false"]
 
 
 def _uniform_gossip(n: int) -> np.ndarray:
@@ -70,8 +71,8 @@ def test_dp_dsgd_noise_has_the_std_its_mu_requires(recorded, run_fgx):
     n, dim = first.shape
     want = LR * _noise_std(recorded) * np.sqrt((n - 1) / n)
     assert n * dim > 1000 and abs(first.std().item() / want - 1) < 0.06, (first.std().item(), want)
-    acc = json.loads((d / "mf_privacy.jsonl").read_text().splitlines()[0])
-    assert acc["sens2"] == pytest.approx(K) and acc["epsilon"] == pytest.approx(eps_from_mu(MU, acc["delta"]))
+    acc = json.loads((d / "privacy.json").read_text())
+    assert acc["noise"]["sens2_ldp"] == pytest.approx(K) and acc["epsilon"] == pytest.approx(eps_from_mu(MU, acc["delta"]))
 
 
 @pytest.mark.parametrize("algo", ["antipgd", "mafalda_sgd"])
@@ -82,7 +83,7 @@ def test_correlated_noise_is_c_local_inverse_of_white_noise(recorded, run_fgx, a
     from fgx.privacy.mf.correlations import build_correlation
 
     d = run_fgx(*GOSSIP, f"algorithm={algo}")
-    acc = json.loads((d / "mf_privacy.jsonl").read_text().splitlines()[0])
+    acc = json.loads((d / "privacy.json").read_text())
     half = _half_steps(recorded)
     T, n, _ = half.shape
     w = torch.tensor(_uniform_gossip(n))
@@ -94,7 +95,7 @@ def test_correlated_noise_is_c_local_inverse_of_white_noise(recorded, run_fgx, a
     if algo == "antipgd":
         assert np.allclose(c_local, np.tril(np.ones((T, T))))
     z = torch.einsum("ts,s...->t...", torch.tensor(c_local), resid)[1:]   # step 0 lost its mean above
-    want = _noise_std(recorded) / np.sqrt(K) * np.sqrt(acc["sens2"])
+    want = _noise_std(recorded) / np.sqrt(K) * np.sqrt(acc["noise"]["sens2_ldp"])
     assert abs(z.std().item() / want - 1) < 0.08, (z.std().item(), want)
     raw = resid[1:].std().item()
     assert abs(raw / want - 1) > 0.15                        # the residuals themselves are not white

@@ -202,6 +202,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                   log=log, global_data=ds.data)
     privacy.bind(ctx)
     algo = algo_cls(ctx)
+    executor.start_round(top.seed, 0)   # client-side randomness is seeded per (seed, round, client)
     algo.setup()
     evaluator = Evaluator(ctx, ds.data, top.eval)
     main_metric = top.main_metric or info.main_metric
@@ -237,6 +238,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         for r in range(start_round, top.rounds + 1):
             t_round = time.time()
             ACTIVITY.start(None if top.output.progress == "off" else 10.0, f"round {r}/{top.rounds}: ")
+            executor.start_round(top.seed, r)
             stats = algo.round(r)
             stats.update(privacy.on_round_end(r))
             stats["round_time_s"] = time.time() - t_round

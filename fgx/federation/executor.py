@@ -1,14 +1,72 @@
 """Where client work runs. Algorithms call ``ctx.executor.map(fn, clients, *args)``; the executor
-decides whether that is a loop in this process or remote actors."""
+decides whether that is a loop in this process or remote actors.
+
+Every client call runs inside :func:`client_rng`: torch's (CPU and CUDA), NumPy's and Python's
+global random generators are seeded by (run seed, round, call of the round, client id) and restored
+afterwards. Dropout and any other draw from a global RNG inside client code is therefore the same
+whichever executor, process or actor runs the client, and server-side draws never depend on how
+many numbers the clients consumed. Algorithms get this without doing anything."""
 from __future__ import annotations
 
+import random
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable
+
+import numpy as np
+import torch
 
 from fgx.registry import EXECUTORS
 
 
+def client_seed(seed: int, round: int, call: int, client: int) -> int:
+    """The seed of one client's work: call ``call`` (0, 1, ... within the round) of round ``round``
+    (0 is setup). NumPy's SeedSequence hashes the tuple, so nearby tuples give unrelated streams."""
+    words = np.random.SeedSequence([int(seed), int(round), int(call), int(client)]).generate_state(2)
+    return (int(words[0]) << 31 | int(words[1]) >> 1) & ((1 << 63) - 1)
+
+
+@contextmanager
+def client_rng(seed: int):
+    """Run the body with every global RNG seeded by ``seed``; the caller's RNG states come back after."""
+    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    py_state, np_state = random.getstate(), np.random.get_state()
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(seed)            # also seeds every CUDA device (lazily when not initialised yet)
+        np.random.seed(seed % 2**32)
+        random.seed(seed)
+        try:
+            yield
+        finally:
+            random.setstate(py_state)
+            np.random.set_state(np_state)
+
+
+def client_key(item: Any, position: int) -> int:
+    cid = getattr(item, "cid", None)
+    return int(cid) if isinstance(cid, (int, np.integer)) and not isinstance(cid, bool) else position
+
+
+def run_seeded(fn: Callable, item: Any, args: tuple, seed: int) -> Any:
+    with client_rng(seed):
+        return fn(item, *args)
+
+
 class Executor:
+    seed: int = 0
+    round: int = 0
+    calls: int = 0
+
+    def start_round(self, seed: int, r: int) -> None:
+        """The trainer calls this before setup (r = 0) and before each round."""
+        self.seed, self.round, self.calls = int(seed), int(r), 0
+
+    def client_seeds(self, items: list) -> list[int]:
+        """One seed per item for this ``map`` call (each call of a round gets its own)."""
+        call = self.calls
+        self.calls += 1
+        return [client_seed(self.seed, self.round, call, client_key(item, i)) for i, item in enumerate(items)]
+
     def map(self, fn: Callable, items: list, *args: Any) -> list:
         raise NotImplementedError
 
@@ -29,4 +87,5 @@ class InProcessExecutor(Executor):
         self.params = params
 
     def map(self, fn: Callable, items: list, *args: Any) -> list:
-        return [fn(item, *args) for item in items]
+        seeds = self.client_seeds(items)
+        return [run_seeded(fn, item, args, s) for item, s in zip(items, seeds)]

@@ -8,9 +8,9 @@ updated, so the algorithm's own client objects stay current and algorithm code i
 round's shared arguments (global weights, ...) are put in the object store once and every actor
 reads that one object, not a copy per client.
 
-The same seed gives the same metrics as the in-process executor as long as client code draws its
-randomness from explicit generators (fgx's algorithms do); torch's global RNG (dropout) is
-per-process, so with dropout > 0 the runs are equally valid but not bit-identical (docs/scaling.md).
+The same seed gives the same metrics as the in-process executor: each client call runs under
+``client_rng`` with the seed the driver derived from (seed, round, call, client), exactly as
+in-process, so dropout and other global-RNG draws agree (docs/scaling.md).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from fgx.config import ConfigError, spec
-from fgx.federation.executor import Executor
+from fgx.federation.executor import Executor, run_seeded
 from fgx.registry import EXECUTORS
 
 INSTALL_HINT = "pip install -e '.[ray]' (or pip install 'ray>=2.9')"
@@ -93,11 +93,11 @@ class ClientHost:
     def adopt(self, key: int, resident: dict[str, Any]) -> None:
         self.resident[key] = resident
 
-    def run(self, fn: Callable, jobs: list[tuple[int, Any]], args: tuple) -> list[tuple[Any, Any]]:
+    def run(self, fn: Callable, jobs: list[tuple[int, Any, int]], args: tuple) -> list[tuple[Any, Any]]:
         out = []
-        for key, light in jobs:
+        for key, light, seed in jobs:
             attach(light, self.resident[key])
-            result = fn(light, *args)
+            result = run_seeded(fn, light, args, seed)
             # whatever the work built lazily (e.g. a sampler) stays here for the next round
             self.resident[key] = {p: _get(light, p) for p in self.paths}
             out.append((result, strip(light, self.paths)))
@@ -181,11 +181,13 @@ class RayExecutor(Executor):
                 resident = ray.put({p: _get(item, p) for p in paths})   # once per client
                 adopted.append(self._actors[slot].adopt.remote(id(item), resident))
         ray.get(adopted)
+        seeds = self.client_seeds(items)
         shared_args = ray.put(args)   # one copy in the object store for every actor
         per_actor: dict[int, list[int]] = {}
         for i, item in enumerate(items):
             per_actor.setdefault(self._home[id(item)][1], []).append(i)
-        calls = {slot: self._actors[slot].run.remote(fn, [(id(items[i]), strip(items[i], paths)) for i in idx],
+        calls = {slot: self._actors[slot].run.remote(fn, [(id(items[i]), strip(items[i], paths), seeds[i])
+                                                                     for i in idx],
                                                       shared_args)
                  for slot, idx in per_actor.items()}
         results: list[Any] = [None] * len(items)

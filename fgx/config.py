@@ -203,6 +203,8 @@ def validate(cfg: DictConfig) -> Validated:
         if entry.params is None and len(node) > 1:
             extra = sorted(k for k in node if k != "name")
             raise ConfigError(f"{group}.{extra[0]}", node[extra[0]], f"no parameters for {group} '{node['name']}'")
+    from fgx.privacy.base import check_coverage
+    check_coverage(Validated(top, params, names, entries))   # no privacy budget that misses a message kind
     _check_tasks(names, entries)
     if top.eval_model == "local" and not getattr(entries["algorithm"].obj, "has_local_models", False):
         raise ConfigError("eval_model", "local", f"'global' (algorithm '{names['algorithm']}' keeps no per-client "

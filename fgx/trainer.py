@@ -27,6 +27,7 @@ from fgx.federation.context import Context
 from fgx.loggers import make_logger
 from fgx.metrics import classification_metrics, mean_over_clients, minority_class
 from fgx.outputs import RunDir
+from fgx.privacy.base import coverage
 from fgx.partition.base import build_clients, partition_stats
 from fgx.progress import ACTIVITY, Progress
 
@@ -196,6 +197,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     privacy = v.entries["privacy"].obj(v.params["privacy"])
     executor = v.entries["executor"].obj(v.params["executor"])
     channel = Channel(algo_cls.messages, privacy=privacy, features_public=info.features_public)
+    cover = coverage(v.entries["privacy"].obj, v.params["privacy"], algo_cls.messages)   # checked in validate()
     ctx = Context(clients=clients, info=info, cfg=cfg, params=v.params["algorithm"],
                   model_params=v.params["model"], model_builder=v.entries["model"].obj,
                   channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,
@@ -288,7 +290,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         rd.write_json("unlearning.json", unl)
     comm = channel.report()
     rd.write_json("comm.json", comm)
-    rd.write_json("privacy.json", privacy.report())
+    rd.write_json("privacy.json", {**privacy.report(), "messages": cover.as_dict(info.features_public)})
     executor.shutdown()
 
     summary.update({
@@ -307,7 +309,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "eval_model": top.eval_model,
         "peak_rss_mb": peak_rss_mb(),
         "total_bytes": comm["total_bytes"],
-        "privacy": privacy.headline(),
+        "privacy": {**privacy.headline(), "covers": list(cover.covered)},
         # scalar facts only: long lists (e.g. PNA's degree histogram) stay out of the summary
         "data": {"name": info.name, "source": info.source, "task": info.task,
                  **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None}},

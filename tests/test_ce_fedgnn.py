@@ -12,6 +12,8 @@ from fgx.federation.channel import payload_tensors
 TINY_CE = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=16", "partitioner=random",
            "partitioner.num_clients=3", "rounds=3", "eval_every=3", "model.hidden=16", "algorithm=ce_fedgnn",
            "algorithm.local_steps=3", "algorithm.batch_size=32"]
+# metric-DP's ε covers the embeddings only: the paper's σ1/σ2 noise on update and G is not accounted
+METRIC_DP_PUBLIC = "privacy.public_messages=[update,grad_estimator]"
 
 
 def rows(d):
@@ -74,7 +76,7 @@ def test_no_raw_feature_crosses_the_channel(run_fgx, monkeypatch):
 
 def test_receivers_use_exactly_the_noisy_release(run_fgx, monkeypatch):
     seen = _capture(monkeypatch)
-    run_fgx(*TINY_CE, "privacy=metric_dp", "privacy.sigma0=0.5", "privacy.k=5")
+    run_fgx(*TINY_CE, "privacy=metric_dp", "privacy.sigma0=0.5", "privacy.k=5", METRIC_DP_PUBLIC)
     released = {}
     for kind, src, dst, r, p in seen:
         if kind == "embeddings":
@@ -109,7 +111,7 @@ def test_embedding_noise_has_the_configured_sigma():
 
 
 def test_metric_dp_run_reports_the_epsilon_table(run_fgx):
-    d = run_fgx(*TINY_CE, "privacy=metric_dp", "privacy.k=5")
+    d = run_fgx(*TINY_CE, "privacy=metric_dp", "privacy.k=5", METRIC_DP_PUBLIC)
     priv = json.loads((d / "privacy.json").read_text())
     assert priv["mechanism"] == "metric_dp" and len(priv["table"]) == 5
     assert set(priv["rho"]) == {"50", "90", "95", "99", "100"}
@@ -122,8 +124,10 @@ def test_metric_dp_run_reports_the_epsilon_table(run_fgx):
 
 def test_metric_dp_needs_an_embedding_algorithm(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit, match="releases no embeddings"):
+    with pytest.raises(SystemExit, match=r"'metric_dp' covers \['embeddings'\], not \['update'\], which 'fedavg' sends"):
         main(["run", "algorithm=fedavg", "privacy=metric_dp"])
+    with pytest.raises(SystemExit, match="releases no embeddings"):
+        main(["run", "algorithm=fedavg", "privacy=metric_dp", "privacy.public_messages=[update]"])
 
 
 def test_ce_fedgnn_resume_gives_the_same_metrics(run_fgx):
@@ -138,8 +142,8 @@ def test_attribute_inference_attack_is_hurt_by_noise(run_fgx):
     def aia(*extra):
         d = run_fgx(*TINY_CE, "algorithm.aia_targets=8", "algorithm.aia_steps=150", "algorithm.aia_lr=0.05", *extra)
         return json.loads((d / "attack_aia.jsonl").read_text().splitlines()[-1])
-    clean = aia("privacy=metric_dp", "privacy.sigma0=0.001", "privacy.k=5")
-    noisy = aia("privacy=metric_dp", "privacy.sigma0=5.0", "privacy.k=5")
+    clean = aia("privacy=metric_dp", "privacy.sigma0=0.001", "privacy.k=5", METRIC_DP_PUBLIC)
+    noisy = aia("privacy=metric_dp", "privacy.sigma0=5.0", "privacy.k=5", METRIC_DP_PUBLIC)
     assert clean["targets"] == noisy["targets"] == 8
     assert clean["baseline_nn1pct_mse"] == pytest.approx(noisy["baseline_nn1pct_mse"])
     assert noisy["mse"] > clean["mse"]

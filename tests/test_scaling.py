@@ -151,7 +151,7 @@ DEVICE_PATH = ["dataset=csbm", "dataset.num_nodes=240", "dataset.num_features=8"
 @pytest.mark.parametrize("setup", [
     [*DEVICE_PATH, "algorithm=fedavg", "privacy=dp_fedavg", "algorithm.weighting=uniform", "algorithm.batch_size=16",
      "algorithm.fanouts=[5,5]"],
-    [*DEVICE_PATH, "algorithm=ce_fedgnn", "privacy=metric_dp"],
+    [*DEVICE_PATH, "algorithm=ce_fedgnn", "privacy=metric_dp", "privacy.public_messages=[update,grad_estimator]"],
     [*DEVICE_PATH, "algorithm=certified_lr", "unlearning=scalegun", "rounds=1", "unlearning.requests.num_requests=2",
      "unlearning.requests.batch_size=2"],
     # the server's collaboration graphs stay on the CPU while the client models are on the device

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, load_ecosystem, random_split
+from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, random_split
+from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
 
 
@@ -25,8 +26,8 @@ def load_amazon(p: AmazonParams, env: DataEnv) -> GraphDataset:
     import torch_geometric.transforms as T
 
     steps = ([T.LargestConnectedComponents()] if p.lcc else []) + ([T.NormalizeFeatures()] if p.normalize_features else [])
-    ds = load_ecosystem(p.dataset, env.data_dir / p.dataset.capitalize(), lambda: Amazon(
-        str(env.data_dir), p.dataset, transform=T.Compose(steps) if steps else None))
+    ds = prepared_ecosystem(p.dataset, env.data_dir, p.dataset.capitalize(), lambda r: Amazon(
+        str(r), p.dataset, transform=T.Compose(steps) if steps else None))
     data = ds[0]
     seed = env.seed if p.split_seed is None else p.split_seed
     data.train_mask, data.val_mask, data.test_mask = random_split(data.num_nodes, p.train, p.val, seed)

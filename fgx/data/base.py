@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -73,18 +75,23 @@ def random_split(num_items: int, train: float, val: float, seed: int) -> tuple[t
 
 def staged_root(data_dir: Path, folder: str, required: list[str]) -> Path:
     """PyG writes ``processed/`` next to ``raw/``. When the data root is read-only (a shared
-    copy), stage the raw files into a writable cache and load from there."""
+    copy), stage the raw files into a writable cache and load from there (copied under a lock into
+    a temporary folder that is renamed into place, so parallel jobs never see a partial copy)."""
     src = Path(data_dir) / folder
     try:
-        (src / "processed").mkdir(parents=True, exist_ok=True)
-        probe = src / "processed" / ".fgx_write_probe"
-        probe.touch()
-        probe.unlink()
+        fd, probe = tempfile.mkstemp(prefix=".fgx_write_probe", dir=src)
+        os.close(fd)
+        os.unlink(probe)
         return Path(data_dir)
     except OSError:
         from fgx.config import default_data_dir
+        from fgx.data.prepare import atomic_dir, preparation_lock
+
         dst_root = Path(default_data_dir()) / "staged"
         dst = dst_root / folder
         if not all((dst / "raw" / r).exists() for r in required):
-            shutil.copytree(src / "raw", dst / "raw", dirs_exist_ok=True)
+            with preparation_lock(dst_root / f".{folder}.lock", f"staging {src}"):
+                if not all((dst / "raw" / r).exists() for r in required):
+                    dst.mkdir(parents=True, exist_ok=True)
+                    atomic_dir(dst / "raw", lambda tmp: shutil.copytree(src / "raw", tmp, dirs_exist_ok=True))
         return dst_root

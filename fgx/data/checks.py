@@ -53,3 +53,60 @@ def check_clients(clients, info, partitioner: str) -> None:
         shown = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
         raise DataError(f"partitioner '{partitioner}': client(s) {shown} of {len(clients)} hold no training {items}; "
                         f"use fewer clients (partitioner.num_clients), another partitioner, or a larger train split")
+
+
+def check_arrays(where: str, x=None, edges=None, y=None, num_classes: int | None = None,
+                 masks: dict | None = None, edges_rows: bool = False) -> int:
+    """Check the arrays a raw file (or folder) holds before anything is built from them; every
+    problem is a DataError that starts with ``where`` (the file). ``edges``: [2, E] (or [E, 2] with
+    ``edges_rows``) node indices; ``y``: one label per node; ``masks``: name -> boolean array over
+    the nodes (last axis). Accepts NumPy arrays or tensors. Returns the number of nodes."""
+    import numpy as np
+
+    def arr(a):
+        return a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else np.asarray(a)
+
+    n = None
+    if x is not None:
+        x = arr(x)
+        if x.ndim != 2:
+            raise DataError(f"{where}: node features must be a 2-D array [nodes, features], got shape {list(x.shape)}")
+        if not (np.issubdtype(x.dtype, np.number) or x.dtype == np.bool_):
+            raise DataError(f"{where}: node features must be numbers, got dtype {x.dtype}")
+        if np.issubdtype(x.dtype, np.floating) and not np.isfinite(x).all():
+            r, c = map(int, np.argwhere(~np.isfinite(x))[0])
+            raise DataError(f"{where}: node features hold NaN or infinite values (first at node {r}, column {c})")
+        n = x.shape[0]
+    if y is not None:
+        y = arr(y)
+        if y.ndim != 1 or (n is not None and y.shape[0] != n):
+            raise DataError(f"{where}: labels must be one per node ({n} nodes), got shape {list(y.shape)}")
+        if not np.issubdtype(y.dtype, np.integer):
+            if not (np.issubdtype(y.dtype, np.floating) and np.isfinite(y).all() and (y == np.round(y)).all()):
+                raise DataError(f"{where}: labels must be integers, got dtype {y.dtype}")
+        n = y.shape[0] if n is None else n
+        if y.size and (y.min() < 0 or (num_classes is not None and y.max() >= num_classes)):
+            bad = int(y.min()) if y.min() < 0 else int(y.max())
+            allowed = f"[0, {num_classes})" if num_classes is not None else ">= 0"
+            raise DataError(f"{where}: labels must lie in {allowed}; found {bad}")
+    if edges is not None:
+        e = arr(edges)
+        if e.size == 0:
+            e = e.reshape(0, 2) if edges_rows else e.reshape(2, 0)
+        shape_ok = e.ndim == 2 and (e.shape[1] == 2 if edges_rows else e.shape[0] == 2)
+        if not shape_ok:
+            want = "[edges, 2]" if edges_rows else "[2, edges]"
+            raise DataError(f"{where}: edges must be an integer array of shape {want}, got {list(e.shape)}")
+        if not np.issubdtype(e.dtype, np.integer):
+            raise DataError(f"{where}: edge endpoints must be integer node indices, got dtype {e.dtype}")
+        if e.size and (e.min() < 0 or (n is not None and e.max() >= n)):
+            bad = int(e.min()) if e.min() < 0 else int(e.max())
+            raise DataError(f"{where}: edge endpoints must lie in [0, {n}); found {bad}")
+    for name, m in (masks or {}).items():
+        m = arr(m)
+        if m.dtype != np.bool_ and not (np.issubdtype(m.dtype, np.integer) and np.isin(m, (0, 1)).all()):
+            raise DataError(f"{where}: {name} must be boolean, got dtype {m.dtype}")
+        if m.ndim == 0 or (n is not None and m.shape[-1] != n):
+            raise DataError(f"{where}: {name} must have one entry per node ({n}) on its last axis, "
+                            f"got shape {list(m.shape)}")
+    return int(n or 0)

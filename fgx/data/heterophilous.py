@@ -5,12 +5,41 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from pathlib import Path
+
+import numpy as np
+
 from fgx.config import spec
-from fgx.data.base import DataEnv, DatasetInfo, GraphDataset, load_ecosystem, random_split, staged_root
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, random_split, staged_root
+from fgx.data.checks import check_arrays
+from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
 
 NAMES = ["Roman-empire", "Amazon-ratings", "Minesweeper", "Tolokers", "Questions"]
 BINARY = {"Minesweeper", "Tolokers", "Questions"}
+NUM_CLASSES = {"Roman-empire": 18, "Amazon-ratings": 5, "Minesweeper": 2, "Tolokers": 2, "Questions": 2}
+NPZ_KEYS = ("node_features", "node_labels", "edges", "train_masks", "val_masks", "test_masks")
+
+
+def check_npz(path: Path, dataset: str) -> None:
+    """What PyG's loader reads from ``<name>.npz``, checked first so that a damaged or wrong file is
+    refused naming the file and the problem (and never becomes a processed cache)."""
+    try:
+        with np.load(path, allow_pickle=False) as z:   # never unpickle: a data file is not code
+            missing = [k for k in NPZ_KEYS if k not in z.files]
+            if missing:
+                raise DataError(f"{path}: missing arrays {missing}; a {dataset} file holds {list(NPZ_KEYS)}")
+            arrays = {k: z[k] for k in NPZ_KEYS}
+    except DataError:
+        raise
+    except Exception as e:  # noqa: BLE001 - truncated zip, bad header, pickled arrays: all 'unreadable'
+        raise DataError(f"{path}: not a readable .npz file ({type(e).__name__}: {str(e)[:160]})") from None
+    for k in ("train_masks", "val_masks", "test_masks"):
+        if arrays[k].ndim != 2:
+            raise DataError(f"{path}: {k} must be a 2-D array [splits, nodes], got shape {list(arrays[k].shape)}")
+    check_arrays(str(path), x=arrays["node_features"], y=arrays["node_labels"], num_classes=NUM_CLASSES[dataset],
+                 edges=arrays["edges"], edges_rows=True,
+                 masks={k: arrays[k] for k in ("train_masks", "val_masks", "test_masks")})
 
 
 @dataclass
@@ -34,13 +63,17 @@ def load_heterophilous(p: HeterophilousParams, env: DataEnv) -> GraphDataset:
     root = staged_root(env.data_dir, folder, raw) if have_raw else env.data_dir
     if not have_raw:
         env.log.info("%s not found under %s: PyG will download it", p.dataset, env.data_dir)
-    ds = load_ecosystem(p.dataset, root / folder, lambda: HeterophilousGraphDataset(str(root), p.dataset))
+    ds = prepared_ecosystem(p.dataset, root, folder, lambda r: HeterophilousGraphDataset(str(r), p.dataset),
+                            check_raw=lambda d: check_npz(d / "raw" / raw[0], p.dataset))
     data = ds[0]
     if p.split == "random":
         seed = env.seed if p.split_seed is None else p.split_seed
         data.train_mask, data.val_mask, data.test_mask = random_split(data.num_nodes, p.train, p.val, seed)
     else:
         i = p.fixed_split_index
+        if data.train_mask.dim() != 2 or i >= data.train_mask.size(1):
+            raise DataError(f"{root / folder}: dataset.fixed_split_index={i}, but the file holds "
+                            f"{data.train_mask.size(-1) if data.train_mask.dim() == 2 else 1} fixed split(s)")
         data.train_mask, data.val_mask, data.test_mask = (data.train_mask[:, i], data.val_mask[:, i],
                                                           data.test_mask[:, i])
     info = DatasetInfo(name=folder, task="node", num_classes=int(ds.num_classes), source="real",

@@ -5,6 +5,7 @@ downloads GroupLens' ml-100k.zip there when the file is missing; ``movielens1m``
 ``ratings.dat`` (``::``-separated) given by path. A malformed line fails with the file and line."""
 from __future__ import annotations
 
+import math
 import re
 import zipfile
 from dataclasses import dataclass, field
@@ -54,8 +55,15 @@ def read_ratings(path: Path, sep: str, min_fields: int = 2) -> tuple[np.ndarray,
             try:
                 if len(parts) < min_fields:
                     raise ValueError(f"expected at least {min_fields} fields, got {len(parts)}")
-                users.append(int(parts[0]))
-                items.append(int(parts[1]))
+                u, i = int(parts[0]), int(parts[1])
+                if u < 0 or i < 0:
+                    raise ValueError("negative user or item id")
+                if max(u, i) >= 2**62:
+                    raise ValueError("id too large for an index")
+                if min_fields >= 3 and not math.isfinite(float(parts[2])):
+                    raise ValueError(f"rating {parts[2]!r} is not a finite number")
+                users.append(u)
+                items.append(i)
             except ValueError as e:
                 raise DataError(f"{path}, line {no}: malformed ratings line {line[:60]!r} ({e})") from None
     if not users:
@@ -81,14 +89,35 @@ def ml100k_file(data_dir: Path, download: bool) -> Path:
         return path
     if not download:
         raise DataError(f"{path} not found (set dataset.download=true or place GroupLens' ml-100k there)")
+    from fgx.data.prepare import preparation_lock
+
+    # parallel jobs download once; the file appears only complete (extracted beside it, then renamed)
+    with preparation_lock(Path(data_dir) / ".ml-100k.lock", f"MovieLens-100K under {data_dir}"):
+        if not path.exists():
+            _download_ml100k(path)
+    return path
+
+
+def _download_ml100k(path: Path) -> None:
+    import os
+    import shutil
+    import tempfile
     import urllib.request
 
-    path.parent.parent.mkdir(parents=True, exist_ok=True)
-    zpath = path.parent.parent / "ml-100k.zip"
-    urllib.request.urlretrieve(ML100K_URL, zpath)
-    with zipfile.ZipFile(zpath) as z:
-        z.extract("ml-100k/u.data", path.parent.parent)
-    return path
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=".ml-100k.tmp-", dir=path.parent.parent))
+    try:
+        zpath = tmp / "ml-100k.zip"
+        try:
+            urllib.request.urlretrieve(ML100K_URL, zpath)
+            with zipfile.ZipFile(zpath) as z:
+                z.extract("ml-100k/u.data", tmp)
+        except (OSError, zipfile.BadZipFile, KeyError) as e:
+            raise DataError(f"MovieLens-100K: could not download {ML100K_URL} to {path} ({type(e).__name__}: {e}); "
+                            f"place GroupLens' ml-100k/u.data there yourself") from None
+        os.replace(tmp / "ml-100k" / "u.data", path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 @DATASETS.register("movielens100k", params=ML100KParams, task="ranking")

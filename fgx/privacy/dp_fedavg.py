@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.config import ConfigError, spec
-from fgx.privacy.base import PrivacyMechanism
+from fgx.privacy.base import PrivacyMechanism, PrivacyParams
 from fgx.privacy.clipping import clip_by_global_norm
 from fgx.registry import PRIVACY
 
 
 @dataclass
-class DPFedAvgParams:
+class DPFedAvgParams(PrivacyParams):
     noise_multiplier: float = field(default=1.0, metadata=spec(min=0.0))
     clip: float = field(default=1.0, metadata=spec(gt=0.0, help="L2 bound of each client's update"))
     delta: float = field(default=1e-5, metadata=spec(gt=0.0, max=0.5))
@@ -28,6 +28,10 @@ class DPFedAvgParams:
 @PRIVACY.register("dp_fedavg", params=DPFedAvgParams)
 class DPFedAvg(PrivacyMechanism):
     name = "dp_fedavg"
+
+    @classmethod
+    def covers(cls, params) -> set[str]:
+        return {params.update_kind}      # the ε is the clipped, noised model updates' and nothing else's
 
     @classmethod
     def check_config(cls, params, validated) -> None:

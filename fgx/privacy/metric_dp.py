@@ -12,13 +12,13 @@ import numpy as np
 import torch
 
 from fgx.config import ConfigError, spec
-from fgx.privacy.base import PrivacyMechanism
+from fgx.privacy.base import PrivacyMechanism, PrivacyParams
 from fgx.privacy.clipping import clip_by_global_norm
 from fgx.registry import PRIVACY
 
 
 @dataclass
-class MetricDPParams:
+class MetricDPParams(PrivacyParams):
     sigma0: float = field(default=1.0, metadata=spec(gt=0.0, help="std of the noise on released embeddings"))
     sigma1: float = field(default=1e-3, metadata=spec(min=0.0, help="std of the noise on the averaged model"))
     sigma2: float = field(default=1e-3, metadata=spec(min=0.0, help="std of the noise on the averaged G"))
@@ -54,6 +54,12 @@ class MetricDPParams:
 @PRIVACY.register("metric_dp", params=MetricDPParams)
 class MetricDP(PrivacyMechanism):
     name = "metric_dp"
+
+    @classmethod
+    def covers(cls, params) -> set[str]:
+        # σ1/σ2 noise on the averaged model update and G is applied but not accounted (paper §3.1):
+        # those kinds need privacy.public_messages, which is how the CE-FedGNN presets run
+        return {params.embedding_kind}
 
     @classmethod
     def check_config(cls, params, validated) -> None:

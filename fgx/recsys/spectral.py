@@ -61,10 +61,19 @@ def cached_eigenpairs(users: np.ndarray, items: np.ndarray, num_users: int, num_
             pass
     w, v = lowest_eigenpairs(bipartite_laplacian(users, items, num_users, num_items), k)
     if path is not None:
+        import os
+        import tempfile
+
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp.npz")
-        np.savez(tmp, w=w, v=v.astype(np.float32))
-        tmp.replace(path)
+        # a private temporary name: parallel jobs computing the same pairs never share a half-written file
+        fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp.npz", dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as f:
+                np.savez(f, w=w, v=v.astype(np.float32))
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
     return w, v.astype(np.float32)
 
 

@@ -23,10 +23,21 @@ def cache_dir(root: Path, preset: str, scale: float, seed: int) -> Path:
 def generate_csv(out_dir: Path, preset: str, scale: float, seed: int, cross_bank_rate: float | None = None
                  ) -> tuple[Path, bool]:
     """Path of the CSV for (preset, scale, seed) under ``out_dir``; generated unless already there.
-    Returns (path, cache_hit)."""
+    Returns (path, cache_hit). Parallel jobs generate it once: the first holds a lock on the cache
+    folder, the others wait and reuse its files (each file is written atomically, the CSV last)."""
+    from fgx.data.prepare import preparation_lock
+
     path = Path(out_dir) / TRANS_FILE
     if path.is_file() and (Path(out_dir) / PATTERNS_FILE).is_file():
         return path, True
+    with preparation_lock(Path(out_dir).parent / f".{Path(out_dir).name}.lock", f"generated AML data {out_dir}"):
+        if path.is_file() and (Path(out_dir) / PATTERNS_FILE).is_file():
+            return path, True
+        return _generate(out_dir, preset, scale, seed, cross_bank_rate), False
+
+
+def _generate(out_dir: Path, preset: str, scale: float, seed: int, cross_bank_rate: float | None) -> Path:
+    path = Path(out_dir) / TRANS_FILE
     p = get_preset(preset)
     if cross_bank_rate is not None:
         from dataclasses import replace
@@ -37,7 +48,7 @@ def generate_csv(out_dir: Path, preset: str, scale: float, seed: int, cross_bank
                             "typology": pd.Categorical.from_codes(tx.typology[launder], TYPOLOGIES)})
     _write_sidecar(sidecar, Path(out_dir) / PATTERNS_FILE)
     write_csv_atomic(to_frames(tx), path)
-    return path, False
+    return path
 
 
 def _write_sidecar(frame: pd.DataFrame, path: Path) -> None:
@@ -46,8 +57,12 @@ def _write_sidecar(frame: pd.DataFrame, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
     os.close(fd)
-    frame.to_csv(tmp, index=False)
-    os.replace(tmp, path)
+    try:
+        frame.to_csv(tmp, index=False)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def read_patterns(csv_path: Path) -> pd.DataFrame | None:

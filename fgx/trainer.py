@@ -27,7 +27,7 @@ from fgx.federation.context import Context
 from fgx.loggers import make_logger
 from fgx.metrics import classification_metrics, mean_over_clients, minority_class
 from fgx.outputs import RunDir
-from fgx.privacy.base import coverage
+from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
 from fgx.progress import ACTIVITY, Progress
 
@@ -196,8 +196,9 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     algo_cls = v.entries["algorithm"].obj
     privacy = v.entries["privacy"].obj(v.params["privacy"])
     executor = v.entries["executor"].obj(v.params["executor"])
-    channel = Channel(algo_cls.messages, privacy=privacy, features_public=info.features_public)
-    cover = coverage(v.entries["privacy"].obj, v.params["privacy"], algo_cls.messages)   # checked in validate()
+    messages = algorithm_messages(algo_cls, v.params["algorithm"])
+    channel = Channel(messages, privacy=privacy, features_public=info.features_public)
+    cover = coverage(v.entries["privacy"].obj, v.params["privacy"], messages)   # checked in validate()
     ctx = Context(clients=clients, info=info, cfg=cfg, params=v.params["algorithm"],
                   model_params=v.params["model"], model_builder=v.entries["model"].obj,
                   channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,

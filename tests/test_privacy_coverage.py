@@ -13,7 +13,7 @@ import pytest
 
 from fgx.cli import compose, conf_component_name, main
 from fgx.config import ConfigError, validate
-from fgx.privacy.base import CLIENT_DIRECTIONS, coverage
+from fgx.privacy.base import CLIENT_DIRECTIONS, algorithm_messages, coverage
 from fgx.registry import ALGORITHMS, PRIVACY
 from test_privacy_audit import ALGO_CFG, TASK_CFG
 
@@ -56,9 +56,11 @@ def walk() -> list[tuple[str, str, list[str], object]]:
     accepted = []
     for algo, mech in PAIRS:
         entry = PRIVACY.get(mech).obj
-        messages = ALGORITHMS.get(algo).obj.messages
         overrides = job(algo, mech)
         v, err = outcome(overrides)
+        algo_params = v.params["algorithm"] if v is not None else None
+        messages = algorithm_messages(ALGORITHMS.get(algo).obj, algo_params) if algo_params is not None \
+            else ALGORITHMS.get(algo).obj.messages
         cov = coverage(entry, PRIVACY.get(mech).params(), messages)
         if entry.accounts and cov.uncovered:
             # refused, and the error names every kind the mechanism does not cover
@@ -83,11 +85,12 @@ def test_every_pair_is_refused_naming_the_uncovered_kinds_or_accepted_with_nothi
     names = {(a, m) for a, m, _, _ in accepted}
     assert {(a, "none") for a in ALGORITHMS.names() if (a, "none") in names}     # the walk is not empty
     for algo, mech, _, v in accepted:
-        cov = coverage(v.entries["privacy"].obj, v.params["privacy"], v.entries["algorithm"].obj.messages)
+        messages = algorithm_messages(v.entries["algorithm"].obj, v.params["algorithm"])
+        cov = coverage(v.entries["privacy"].obj, v.params["privacy"], messages)
         if cov.accounts:
             assert not cov.uncovered and cov.covered, (algo, mech)
             for kind in cov.covered:       # a covered kind passes through the mechanism
-                assert v.entries["algorithm"].obj.messages[kind].release
+                assert messages[kind].release
     # the pairs the paper presets use are accepted
     assert ("fedavg", "dp_fedavg") in names and ("ce_fedgnn", "metric_dp") in names
 
@@ -114,7 +117,7 @@ def run_and_check(tmp_path, algo: str, mech: str, overrides: list[str], v) -> No
     assert main(["run", *overrides, f"hydra.run.dir={run_dir}"]) == 0, (algo, mech)
     priv = json.loads((run_dir / "privacy.json").read_text())["messages"]
     summary = json.loads((run_dir / "summary.json").read_text())
-    messages = v.entries["algorithm"].obj.messages
+    messages = algorithm_messages(v.entries["algorithm"].obj, v.params["algorithm"])
     cov = coverage(v.entries["privacy"].obj, v.params["privacy"], messages)
     assert priv["epsilon_covers"] == (list(cov.covered) if cov.accounts else [])
     assert priv["public_by_config"] == list(cov.public) and priv["not_covered"] == list(cov.uncovered)

@@ -98,6 +98,13 @@ class Algorithm:
     def check_config(cls, params, validated) -> None:
         """Raise fgx.config.ConfigError for impossible combinations (called before any work)."""
 
+    @classmethod
+    def messages_for(cls, params) -> dict[str, Message]:
+        """The message kinds a run with these params may send: all of ``messages`` unless an
+        algorithm narrows it (e.g. a switch that turns a message off). The channel refuses any other
+        kind, and the privacy coverage rule (fgx/privacy/base.py) asks a budget to cover these."""
+        return cls.messages
+
     # -- shared client-side pieces --------------------------------------------------------
     def make_views(self, include_cross: bool = False) -> dict[int, Any]:
         task = self.ctx.info.task

@@ -232,9 +232,6 @@ def load_fedgb(p: FedGBParams, env: DataEnv) -> GraphDataset:
 def _check_config(params: FedGBParams, validated) -> None:
     from fgx.config import ConfigError
 
-    if validated.names["partitioner"] != "given":
-        raise ConfigError("partitioner.name", validated.names["partitioner"],
-                          "given (dataset=fedgb brings its natural clients: add partitioner=given)")
     if not params.variant:
         raise ConfigError("dataset.variant", params.variant, "a FedGB variant folder name, e.g. AML-HI")
 

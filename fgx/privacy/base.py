@@ -119,12 +119,17 @@ def coverage(mechanism_cls, params, messages: dict) -> Coverage:
                     tuple(uncovered), tuple(server))
 
 
+def algorithm_messages(algo_cls, params) -> dict:
+    narrow = getattr(algo_cls, "messages_for", None)
+    return narrow(params) if callable(narrow) else algo_cls.messages
+
+
 def check_coverage(validated) -> Coverage:
     """The coverage rule, before any work: raises ConfigError naming the uncovered kinds."""
     mech = validated.entries["privacy"].obj
     params = validated.params["privacy"]
     algo_name, mech_name = validated.names["algorithm"], validated.names["privacy"]
-    messages = validated.entries["algorithm"].obj.messages
+    messages = algorithm_messages(validated.entries["algorithm"].obj, validated.params["algorithm"])
     unknown = sorted(set(getattr(params, "public_messages", None) or []) - set(messages))
     if unknown:
         raise ConfigError("privacy.public_messages", unknown, f"message kinds algorithm '{algo_name}' declares: "

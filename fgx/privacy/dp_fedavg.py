@@ -40,14 +40,7 @@ class DPFedAvg(PrivacyMechanism):
         if m is None or not m.release:
             raise ConfigError("privacy.name", "dp_fedavg", f"a mechanism for an algorithm that uploads model "
                               f"updates (message '{params.update_kind}'); '{algo}' does not")
-        # its ε covers the clipped, noised model updates only: an algorithm that also releases other
-        # kinds (CE-FedGNN's G and embeddings) would get an ε that does not cover them
-        others = sorted(k for k, msg in validated.entries["algorithm"].obj.messages.items()
-                        if msg.release and k != params.update_kind)
-        if others:
-            raise ConfigError("privacy.name", "dp_fedavg",
-                              f"a mechanism that covers every message '{algo}' releases: dp_fedavg's ε covers "
-                              f"'{params.update_kind}' only, and '{algo}' also releases {others}")
+        # other kinds the algorithm releases: the coverage rule (fgx/privacy/base.py) refuses or marks them public
         ap = validated.params["algorithm"]
         q = float(getattr(ap, "client_fraction", 1.0))
         if q < 1.0 and getattr(ap, "client_sampling", "fixed") != "poisson":

@@ -265,14 +265,14 @@ def test_no_sharing_equals_the_w_only_fedavg_path(run_fgx, aml_data):
 
 def test_rho_is_measured_over_all_nodes_under_the_final_model(run_fgx, monkeypatch, aml_data):
     holder = _grab(monkeypatch)
-    d = run_fgx(*AML, aml_data, "privacy=metric_dp", "privacy.k=5")
+    d = run_fgx(*AML, aml_data, "privacy=metric_dp", "privacy.k=5", METRIC_DP_PUBLIC)
     priv = json.loads((d / "privacy.json").read_text())
     n_owned = sum(c.n_own for c in holder["algo"].clients)
     assert priv["rho_population"]["nodes"] == n_owned > priv["releases_per_node"]["nodes"]
     from fgx.privacy.metric_dp_accounting import knn_distance_percentiles
     emb = holder["algo"].node_embeddings(seed=0)
     assert priv["rho"]["90"] == pytest.approx(knn_distance_percentiles(emb.numpy(), k=5)["rho"][90])
-    b = json.loads((run_fgx(*AML, aml_data, "privacy=metric_dp", "privacy.k=5",
+    b = json.loads((run_fgx(*AML, aml_data, "privacy=metric_dp", "privacy.k=5", METRIC_DP_PUBLIC,
                             "privacy.rho_population=boundary_only") / "privacy.json").read_text())
     assert b["rho_population"]["nodes"] == b["releases_per_node"]["nodes"]
 

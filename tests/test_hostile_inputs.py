@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import string
 from pathlib import Path
 
@@ -14,7 +15,17 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 
 from fgx.data.base import DataEnv, DataError
 
-FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+# FGX_FUZZ_EXAMPLES: tests/test_hostile_files.py's slow test reruns the file fuzzers with 250 each
+FUZZ = settings(max_examples=int(os.environ.get("FGX_FUZZ_EXAMPLES", "40")), deadline=None,
+                suppress_health_check=list(HealthCheck), database=None)
+
+
+def count(loader: str) -> None:
+    """Note one generated input (counted per loader by the slow test in test_hostile_files.py)."""
+    out = os.environ.get("FGX_FUZZ_COUNT_DIR")
+    if out:
+        with open(Path(out) / f"{loader}.count", "a") as f:
+            f.write("1\n")
 
 # ------------------------------------------------------------------------------------------ configs
 KEYS = ["rounds", "seed", "eval_every", "device", "main_metric", "output.progress", "output.checkpoint",
@@ -57,6 +68,7 @@ CELL = st.one_of(st.text(alphabet=string.printable, max_size=8), st.sampled_from
 def test_malformed_aml_csv_is_a_data_error_naming_the_file(tmp_path_factory, data):
     from fgx.data.aml.csv_io import read_transactions
 
+    count("aml_csv_reader")
     rows = [AML_ROW.split(",") for _ in range(data.draw(st.integers(0, 4)))]
     for row in rows:
         for _ in range(data.draw(st.integers(0, 2))):
@@ -92,6 +104,7 @@ def _env(tmp: Path) -> DataEnv:
 def test_malformed_ratings_file_is_a_data_error_naming_the_file(tmp_path_factory, lines, tail):
     from fgx.data.movielens import ML1MParams, load_movielens1m
 
+    count("ratings_dat")
     d = tmp_path_factory.mktemp("ml")
     path = d / "ratings.dat"
     path.write_bytes("\n".join(l.replace("\t", "::") for l in lines).encode() + tail)
@@ -107,6 +120,7 @@ def test_malformed_ratings_file_is_a_data_error_naming_the_file(tmp_path_factory
 def test_malformed_lightgcn_files_are_a_data_error_naming_the_file(tmp_path_factory, train, tail):
     from fgx.data.lightgcn_files import LightGCNFilesParams, load_lightgcn_files
 
+    count("lightgcn")
     d = tmp_path_factory.mktemp("lg")
     (d / "train.txt").write_bytes("\n".join(train).encode() + tail)
     (d / "test.txt").write_text("0 1\n1 0\n")
@@ -201,6 +215,7 @@ def test_malformed_edge_list_is_an_error_naming_the_file(tmp_path_factory, lines
     from fgx.config import ConfigError
     from fgx.decentral.topology import read_edgelist
 
+    count("edge_list")
     path = tmp_path_factory.mktemp("el") / "graph.edges"
     path.write_bytes("\n".join(lines).encode() + tail)
     try:
@@ -237,6 +252,7 @@ CSV_CELL = st.one_of(st.floats(allow_nan=False, allow_infinity=False, width=32).
 def test_malformed_tabular_csv_is_a_data_error_naming_the_file(tmp_path_factory, rows, tail):
     from fgx.data.tabular import TabularParams, load_housing
 
+    count("tabular_csv")
     d = tmp_path_factory.mktemp("csv")
     path = d / "housing.csv"
     path.write_bytes(("a,b,c\n" + "\n".join(",".join(r) for r in rows)).encode() + tail)

@@ -59,6 +59,16 @@ def load_ecosystem(name: str, folder: Path, build):
                         f"them again, or copy intact files there") from e
 
 
+def pyg_safe_globals() -> list:
+    """PyG's data classes, for ``torch.load(weights_only=True)`` of a pickled ``Data`` (OGB's
+    processed file, FedGB's client files): these and tensors load, anything else is refused."""
+    from torch_geometric.data import Data
+    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
+    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
+
+    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage]
+
+
 def random_split(num_items: int, train: float, val: float, seed: int) -> tuple[torch.Tensor, ...]:
     """Boolean train/val/test masks over ``num_items`` items from a seeded permutation."""
     if not (0 < train < 1 and 0 <= val < 1 and train + val < 1):

@@ -21,7 +21,7 @@ from pathlib import Path
 import torch
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, pyg_safe_globals
 from fgx.data.checks import check_arrays
 from fgx.registry import DATASETS
 
@@ -39,20 +39,12 @@ class FedGBParams:
     verify_checksums: bool = field(default=True, metadata=spec(help="check SHA256SUMS when present"))
 
 
-def _safe_globals() -> list:
-    from torch_geometric.data import Data
-    from torch_geometric.data.data import DataEdgeAttr, DataTensorAttr
-    from torch_geometric.data.storage import EdgeStorage, GlobalStorage, NodeStorage
-
-    return [Data, DataEdgeAttr, DataTensorAttr, GlobalStorage, NodeStorage, EdgeStorage]
-
-
 def load_pt(path: Path):
     """A tensor or PyG Data from ``path`` without running any code from it."""
     if not path.is_file():
         raise DataError(f"{path}: missing")
     try:
-        with torch.serialization.safe_globals(_safe_globals()):
+        with torch.serialization.safe_globals(pyg_safe_globals()):
             return torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # noqa: BLE001 - truncated, foreign or code-carrying files: refused, named
         detail = str(e).strip().splitlines()[0][:200] if str(e).strip() else ""

@@ -48,8 +48,8 @@ def read_ratings(path: Path, sep: str, min_fields: int = 2) -> tuple[np.ndarray,
     splitter = re.compile(sep)
     with open(path, encoding="latin-1") as f:
         for no, line in enumerate(f, 1):
-            line = line.strip()
-            if not line:
+            line = line.rstrip("\r\n")       # not strip(): an empty first field must stay a field
+            if not line.strip():
                 continue
             parts = splitter.split(line)
             try:

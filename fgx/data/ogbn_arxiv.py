@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgx.config import ConfigError, spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, random_split
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, pyg_safe_globals, random_split
 from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
 
@@ -102,8 +102,13 @@ def load_ogbn_arxiv(p: OgbnArxivParams, env: DataEnv) -> GraphDataset:
     import torch
     import torch_geometric.transforms as T
 
-    ds = prepared_ecosystem("ogbn-arxiv", env.data_dir, "ogbn_arxiv",
-                            lambda r: PygNodePropPredDataset("ogbn-arxiv", root=str(r)),
+    def build(root):
+        # OGB calls torch.load without weights_only; since torch 2.6 that means weights_only=True,
+        # which refuses PyG's Data unless its classes are allowed (and nothing else is)
+        with torch.serialization.safe_globals(pyg_safe_globals()):
+            return PygNodePropPredDataset("ogbn-arxiv", root=str(root))
+
+    ds = prepared_ecosystem("ogbn-arxiv", env.data_dir, "ogbn_arxiv", build,
                             check_raw=check_raw_folder)
     data = ds[0]
     data.y = data.y.view(-1)

@@ -25,7 +25,8 @@ PICKLE_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multi
                   ("numpy._core.multiarray", "scalar"), ("scipy.sparse.csr", "csr_matrix"),
                   ("scipy.sparse._csr", "csr_matrix"), ("collections", "defaultdict"), ("builtins", "list"),
                   ("builtins", "dict"), ("builtins", "int"), ("copy_reg", "_reconstructor"),
-                  ("copyreg", "_reconstructor"), ("builtins", "object")}
+                  ("copyreg", "_reconstructor"), ("builtins", "object"),
+                  ("_codecs", "encode")}   # how Python 3 writes bytes into a protocol-2 pickle
 PICKLE_GLOBALS |= {("__builtin__", n) for m, n in PICKLE_GLOBALS if m == "builtins"}   # Python 2 pickles
 
 

@@ -32,6 +32,11 @@ from fgx.config import ConfigError
 from fgx.data.base import DataEnv, DataError
 from fgx.data.checks import check_graph
 
+# importing ogb starts a thread that asks PyPI for a newer version (package 'outdated'): tests never
+# reach the network, so that check is switched off here (ogb then skips it)
+if "ogb" not in sys.modules:
+    sys.modules.setdefault("outdated", None)
+
 EXAMPLES = int(os.environ.get("FGX_FUZZ_EXAMPLES", "25"))
 FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), database=None)
 REPO = Path(__file__).resolve().parents[1]
@@ -580,7 +585,7 @@ def test_damaged_aml_csv_is_refused_by_the_whole_loader(tmp_path_factory, data):
         rows[data.draw(st.integers(0, len(rows) - 1))][col] = data.draw(st.sampled_from(AML_CELLS[col]))
     elif kind == "fields":
         r = rows[data.draw(st.integers(0, len(rows) - 1))]
-        del r[data.draw(st.integers(0, len(r) - 1)):]
+        del r[data.draw(st.integers(1, len(r) - 1)):]      # (no fields at all is a blank line, skipped)
     header = AML_HEADER if kind != "header" else AML_HEADER.replace(data.draw(st.sampled_from(
         ["Timestamp", "Amount Paid", "Is Laundering", ",Account"])), "", 1)
     raw = ("\n".join([header] + [",".join(r) for r in rows]) + "\n").encode()

@@ -55,8 +55,8 @@ def load_ecosystem(name: str, folder: Path, build):
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear message
         detail = str(e).strip().splitlines()[-1][:200] if str(e).strip() else ""
         raise DataError(f"dataset {name!r}: could not load the files under {folder} ({type(e).__name__}: {detail}). "
-                        f"If they are damaged, delete that folder (raw/ and processed/) so the loader downloads "
-                        f"them again, or copy intact files there") from e
+                        f"If a raw file is damaged, replace it with an intact copy (or delete {folder}/raw so the "
+                        f"loader downloads it again); processed/ is rebuilt from raw/ when deleted") from e
 
 
 def pyg_safe_globals() -> list:

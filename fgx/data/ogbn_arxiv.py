@@ -32,7 +32,8 @@ def _read_gz_csv(path: Path, floats: bool = False):
     if not path.is_file():
         raise DataError(f"{path}: missing (ogbn-arxiv needs raw/{', raw/'.join(RAW_FILES)} and split/time/)")
     try:
-        frame = pd.read_csv(path, compression="gzip", header=None, dtype=str, keep_default_na=False)
+        frame = pd.read_csv(path, compression="gzip", header=None, dtype=str, keep_default_na=False,
+                            skip_blank_lines=False)   # a blank line is a missing value, not nothing
     except Exception as e:  # noqa: BLE001 - not gzip, truncated, not CSV: one clear message
         raise DataError(f"{path}: not a readable gzip CSV ({type(e).__name__}: {str(e)[:160]})") from None
     values = frame.apply(pd.to_numeric, errors="coerce").to_numpy(dtype=np.float64)
@@ -70,8 +71,8 @@ def check_raw_folder(folder: Path) -> None:
     if num_edges.size != 1 or int(num_edges.reshape(-1)[0]) != edges.shape[0]:
         raise DataError(f"{raw / 'num-edge-list.csv.gz'}: says {num_edges.reshape(-1).tolist()} edges; "
                         f"edge.csv.gz has {edges.shape[0]} rows")
-    if y.shape[1] != 1:
-        raise DataError(f"{raw / 'node-label.csv.gz'}: one label per line expected, got {y.shape[1]} columns")
+    if y.shape != (n, 1):
+        raise DataError(f"{raw / 'node-label.csv.gz'}: one label per node ({n}) expected, got shape {list(y.shape)}")
     if year.shape != (n, 1):
         raise DataError(f"{raw / 'node_year.csv.gz'}: one year per node expected, got shape {list(year.shape)}")
     check_arrays(str(raw / "node-feat.csv.gz"), x=x)

@@ -139,6 +139,13 @@ def _read_checked(path: Path) -> pd.DataFrame:
             i = int(np.flatnonzero(unknown.to_numpy())[0])
             raise DataError(f"{path}: line {_line(i)}, column {col!r}: unknown value {df[col].iloc[i]!r}; "
                             f"expected one of {vocab}")
+    for col in ("From Bank", "To Bank", "Amount Received", "Amount Paid"):
+        values = df[col].to_numpy(dtype=np.float64)
+        bad = ~np.isfinite(values) | (values < 0)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            what = "a bank id" if "Bank" in col else "an amount"
+            raise DataError(f"{path}: line {_line(i)}, column {col!r}: expected {what} >= 0, got {df[col].iloc[i]}")
     labels = df["Is Laundering"]
     if not labels.isin([0, 1]).all():
         i = int(np.flatnonzero(~labels.isin([0, 1]).to_numpy())[0])

@@ -121,7 +121,10 @@ def default_data_dir() -> str:
 
 @dataclass
 class OutputParams:
-    checkpoint: bool = True          # write checkpoint.pt at every evaluation
+    checkpoint: bool = True          # write checkpoint.pt (at evaluations, see checkpoint_every_s)
+    checkpoint_every_s: float = field(default=60.0, metadata=spec(
+        min=0.0, help="write the checkpoint at an evaluation only when this many seconds passed since the last "
+                      "one (and always after the last round); 0: at every evaluation"))
     save_predictions: bool = False
     progress: str = field(default="auto", metadata=spec(choices=["auto", "rich", "plain", "off"]))
 
@@ -153,6 +156,9 @@ class TopParams:
              "local = each client's model right after its latest local step (OpenFGL's and FED-PUB's protocol)"))
     data_dir: str | None = None
     main_metric: str | None = None
+    metrics: list[str] | None = field(default=None, metadata=spec(
+        choices=["accuracy", "f1_macro", "f1_minority", "roc_auc"],
+        help="classification metrics computed at evaluations; null: all (main_metric is always computed)"))
     resume: bool = False
     output: OutputParams = field(default_factory=OutputParams)
     eval: EvalParams = field(default_factory=EvalParams)

@@ -25,7 +25,7 @@ from fgx.data.checks import check_clients, check_graph
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.loggers import make_logger
-from fgx.metrics import classification_metrics, mean_over_clients, minority_class
+from fgx.metrics import CLASSIFICATION, grouped_classification_metrics, mean_over_clients, minority_class
 from fgx.outputs import RunDir
 from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
@@ -40,7 +40,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
     # multi-threaded CPU reductions (PyG's scatter) otherwise differ in the last bits from run to
     # run, and over many rounds that drift reaches the metrics' third decimal
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    if "torch._inductor.config" in sys.modules:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    else:
+        # the public call first imports torch._inductor (about a second of start-up) only to set
+        # inductor's own flag; fgx compiles nothing, so the ATen flag it sets next is all it needs
+        torch._C._set_deterministic_algorithms(True, warn_only=True)
 
 
 def resolve_device(name: str) -> torch.device:
@@ -86,12 +91,17 @@ def process_start_time() -> float | None:
 class Evaluator:
     """Per-client metrics on each split, their mean over clients, and the pooled ("global") values."""
 
-    def __init__(self, ctx: Context, data, params=None):
+    def __init__(self, ctx: Context, data, params=None, metrics: list[str] | None = None,
+                 main_metric: str | None = None):
         from fgx.config import EvalParams
 
         self.ctx = ctx
         self.params = params or EvalParams()
         info = ctx.info
+        names = list(metrics or CLASSIFICATION)
+        if main_metric in CLASSIFICATION and main_metric not in names:
+            names.append(main_metric)          # the metric that picks the best round is always computed
+        self.names = tuple(m for m in CLASSIFICATION if m in names)
         self.task = info.task
         if info.task == "node" and getattr(data, "train_mask", None) is not None:
             self.minority = minority_class(data.y[data.train_mask], info.num_classes)
@@ -116,11 +126,14 @@ class Evaluator:
         preds = [self._predict(algo, c, complete, local) for c in self.ctx.clients]
         k = self.ctx.info.num_classes
         for split in preds[0]:
-            pc = [classification_metrics(p[split][0], p[split][1], k, self.minority) for p in preds]
             scores = torch.cat([p[split][0] for p in preds])
             labels = torch.cat([p[split][1] for p in preds])
-            out[split] = {"mean": mean_over_clients(pc), "per_client": pc,
-                          "global": classification_metrics(scores, labels, k, self.minority)}
+            client = torch.repeat_interleave(torch.arange(len(preds)), torch.tensor([p[split][1].numel() for p in preds]))
+            # every client at once (one sort, a few bincounts), then the pooled values over all clients
+            pc = grouped_classification_metrics(scores, labels, client, len(preds), k, self.minority, self.names)
+            pooled = grouped_classification_metrics(scores, labels, torch.zeros_like(labels), 1, k, self.minority,
+                                                    self.names)[0]
+            out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": pooled}
         return out
 
 
@@ -207,8 +220,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     algo = algo_cls(ctx)
     executor.start_round(top.seed, 0)   # client-side randomness is seeded per (seed, round, client)
     algo.setup()
-    evaluator = Evaluator(ctx, ds.data, top.eval)
     main_metric = top.main_metric or info.main_metric
+    evaluator = Evaluator(ctx, ds.data, top.eval, top.metrics, main_metric)
 
     start_round, best, client_best, elapsed_before = 1, None, None, 0.0
     if top.resume:
@@ -236,7 +249,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     # from process start to the first round: meaningful for a fresh single run only
     startup_s = time.time() - started if started is not None and start_round == 1 else None
     local_eval = top.eval_model == "local"
-    last = None
+    last, last_ckpt = None, time.time()
     try:
         for r in range(start_round, top.rounds + 1):
             t_round = time.time()
@@ -270,7 +283,10 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                             "per_client": res["test"]["per_client"]}
                 client_best = update_client_best(client_best, res, main_metric, r)
                 status += f"  val {main_metric} {val:.4f}" if val is not None else ""
-                if top.output.checkpoint:
+                # a checkpoint rewrites the whole state: at most once per checkpoint_every_s (and after the
+                # last round), not at every evaluation of a fast run
+                if top.output.checkpoint and (r == top.rounds or time.time() - last_ckpt >= top.output.checkpoint_every_s):
+                    last_ckpt = time.time()
                     rd.save_checkpoint({"round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
                                         "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
                                         "best": best, "client_best": client_best,

@@ -45,3 +45,23 @@ def test_resume_with_local_scoring_finishes_with_the_same_metrics(run_fgx, tiny_
     part = run_fgx(*cfg, "rounds=2")
     assert main(["run", *cfg, "rounds=4", "resume=true", f"hydra.run.dir={part}"]) == 0
     assert summary(part)["per_client"] == full["per_client"]
+
+
+def test_metrics_option_computes_only_what_is_asked(run_fgx, tiny_cfg):
+    full = summary(run_fgx(*tiny_cfg))
+    acc = summary(run_fgx(*tiny_cfg, "metrics=[accuracy]", "main_metric=f1_macro"))
+    assert set(acc["final"]) == {"accuracy", "f1_macro"}      # the main metric is always computed
+    assert [c["accuracy"] for c in acc["per_client"]] == [c["accuracy"] for c in full["per_client"]]
+
+
+def test_checkpoint_is_written_once_per_interval_and_after_the_last_round(run_fgx, tiny_cfg, monkeypatch):
+    from fgx.outputs import RunDir
+
+    saved = []
+    real = RunDir.save_checkpoint
+    monkeypatch.setattr(RunDir, "save_checkpoint", lambda self, state: saved.append(state["round"]) or real(self, state))
+    run_fgx(*tiny_cfg, "rounds=4", "eval_every=1")                  # default interval: far longer than this run
+    assert saved == [4]
+    saved.clear()
+    run_fgx(*tiny_cfg, "rounds=4", "eval_every=1", "output.checkpoint_every_s=0")
+    assert saved == [1, 2, 3, 4]

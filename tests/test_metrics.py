@@ -33,3 +33,26 @@ def test_undefined_metrics_are_nan_and_skipped_in_means():
 
 def test_minority_class_is_the_rarest_training_label():
     assert minority_class(torch.tensor([0, 0, 0, 1, 2, 2]), 3) == 1
+
+
+@pytest.mark.parametrize("k", [2, 3, 7])
+def test_grouped_metrics_equal_the_per_client_ones_bit_for_bit(k):
+    """The evaluator scores all clients in one call; each client's values must be exactly what the
+    per-client function (checked against sklearn above) gives, ties, empty and one-class clients included."""
+    from fgx.metrics import grouped_classification_metrics
+
+    g = torch.Generator().manual_seed(k)
+    for trial in range(12):
+        G, n = 6, int(torch.randint(0, 80, (1,), generator=g))
+        group = torch.randint(0, G - 1, (n,), generator=g)          # the last client has no items
+        y = torch.randint(0, k, (n,), generator=g)
+        y[group == 1] = 0                                          # a one-class client
+        scores = torch.randn(n, k, generator=g).round(decimals=1)  # many ties
+        got = grouped_classification_metrics(scores, y, group, G, k, minority=k - 1)
+        for i in range(G):
+            m = group == i
+            ref = classification_metrics(scores[m], y[m], k, k - 1)
+            for key, v in ref.items():
+                assert (v != v and got[i][key] != got[i][key]) or v == got[i][key], (trial, i, key)
+    only = grouped_classification_metrics(scores, y, group, G, k, k - 1, names=("accuracy",))
+    assert all(set(r) == {"accuracy"} for r in only)

@@ -22,7 +22,7 @@ def read_jsonl(p: Path) -> list[dict]:
 
 
 def test_sigkilled_run_resumes_to_the_same_final_metrics(tmp_path, tiny_cfg, run_fgx):
-    cfg = [*tiny_cfg, "rounds=60", "eval_every=1", "algorithm.local_steps=3"]
+    cfg = [*tiny_cfg, "rounds=60", "eval_every=1", "algorithm.local_steps=3", "output.checkpoint_every_s=0"]
     run_dir = tmp_path / "killed"
     env = {**os.environ, "CI": "true"}
     proc = subprocess.Popen([sys.executable, "-m", "fgx.cli", "run", *cfg, f"hydra.run.dir={run_dir}"],

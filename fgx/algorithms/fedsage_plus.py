@@ -48,6 +48,7 @@ from fgx.algorithms.base import ClientState
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.executor import InProcessExecutor
 from fgx.registry import ALGORITHMS
 
 
@@ -281,8 +282,8 @@ def fed_gen_step(state, p: FedSagePlusParams, seed: int, num_clients: int) -> di
     if incoming is not None:
         for k, w in state.model.named_parameters():
             if k in incoming:
-                g = incoming[k].to(w.device)
-                w.grad = g.clone() if w.grad is None else w.grad.add_(g)
+                g = incoming[k].to(w.device)     # popped above: no one else holds it, no copy needed
+                w.grad = g if w.grad is None else w.grad.add_(g)
     state.optimizer.step()
     return {} if losses is None else {k: float(v.detach()) for k, v in losses.items()}
 
@@ -342,9 +343,7 @@ class FedSagePlus(FedAvg):
                               f"per node on the fly (a mended graph of up to (1 + num_pred)·n nodes, full-batch "
                               f"NeighGen, M·(M-1) generator passes per epoch) and does not scale to this data")
         full = super().make_views(include_cross=False)
-        gens = self.train_neighgen(full)
-        self.mended = dict(zip((c.cid for c in ctx.clients),
-                               ctx.executor.map(mended_view_of, gens, full, p, ctx.seed)))
+        self.mended = self.train_neighgen(full)
         added = [int(v.num_nodes - v.num_owned) for v in self.mended.values()]
         ctx.log.info("fedsage_plus: generated neighbours per client %s", added)
         ctx.record("fedsage_mended", {"generated_nodes": added})
@@ -353,48 +352,73 @@ class FedSagePlus(FedAvg):
     def make_views(self, include_cross: bool = False):
         return self.mended
 
-    def train_neighgen(self, full: dict) -> list[ClientState]:
-        """Phase 1: impaired graphs, local NeighGen training, then fGen training with the cross-client term."""
+    def train_neighgen(self, full: dict) -> dict:
+        """Phase 1, one client after the other: its local NeighGen epochs, its federated fGen epochs with the
+        other clients' cross-term gradients, then its mended subgraph; its NeighGen, classifier and optimiser
+        are freed before the next client's are built. A client's NeighGen never depends on another client's
+        NeighGen (the cross term at client j runs client i's weights on j's impaired graph only) and every
+        random draw is seeded per (phase, epoch, client), so this order gives the same NeighGens as running
+        the clients side by side, while only one NeighGen with its Adam state (num_pred·F·2048 weights in
+        fGen's last layer, three copies) is alive at a time. Returns the mended views by client id."""
         p, ctx = self.params, self.ctx
-        gens = []
-        for c in ctx.clients:
-            view = full[c.cid]
-            hidden = choose_hidden(view, p.hide_ratio, ctx.seed * 7919 + c.cid)
+        template = NeighGen(ctx.in_dim, p).to(ctx.device)     # the module others' weights run in (functional_call)
+        template.requires_grad_(False)
+        peers = [ClientState(c.cid, impaired_graph(full[c.cid], choose_hidden(full[c.cid], p.hide_ratio,
+                                                                               ctx.seed * 7919 + c.cid), p.num_pred),
+                             template, None, "node") for c in ctx.clients]
+        m = len(peers)
+        local_rows = [[] for _ in range(p.local_gen_epochs)]
+        fed_rows = [[] for _ in range(p.fed_gen_epochs)]
+        mended = {}
+        for peer in peers:
             classifier = ctx.build_model()
-            torch.manual_seed(ctx.seed * 7919 + c.cid)
+            torch.manual_seed(ctx.seed * 7919 + peer.cid)
             gen = NeighGen(ctx.in_dim, p).to(ctx.device)
             opt = adam(list(gen.parameters()) + list(classifier.parameters()), p, ctx.device)
-            gens.append(ClientState(c.cid, impaired_graph(view, hidden, p.num_pred), gen, opt, "node",
-                                    extra={"classifier": classifier}))
-        for e in range(p.local_gen_epochs):
-            self._log_epoch("local", e, ctx.executor.map(local_gen_step, gens, p, self._seed(1, e)))
-        for s in gens:       # federated phase: only fGen learns (the authors freeze the rest)
+            s = ClientState(peer.cid, peer.view, gen, opt, "node", extra={"classifier": classifier})
+            for e in range(p.local_gen_epochs):
+                local_rows[e].append(ctx.executor.map(local_gen_step, [s], p, self._seed(1, e))[0])
+            # federated phase: only fGen learns (the authors freeze the rest)
             s.model.requires_grad_(False)
             s.extra["classifier"].requires_grad_(False)
             s.model.fgen.requires_grad_(True)
+            s.model.zero_grad(set_to_none=True)
+            s.extra["classifier"].zero_grad(set_to_none=True)
             s.optimizer = adam(s.model.fgen.parameters(), p, ctx.device)
-        m = len(gens)
-        for e in range(p.fed_gen_epochs):
-            if p.cross_weight > 0 and m > 1:
-                self.exchange_gradients(gens, self._seed(2, e))
-            self._log_epoch("federated", e, ctx.executor.map(fed_gen_step, gens, p, self._seed(3, e), m))
-        return gens
+            for e in range(p.fed_gen_epochs):
+                if p.cross_weight > 0 and m > 1:
+                    self.exchange_gradients(s, [o for o in peers if o.cid != s.cid], self._seed(2, e))
+                fed_rows[e].append(ctx.executor.map(fed_gen_step, [s], p, self._seed(3, e), m)[0])
+            mended[peer.cid] = ctx.executor.map(mended_view_of, [s], full, p, ctx.seed)[0]
+            del s, gen, classifier, opt
+        for e, rows in enumerate(local_rows):
+            self._log_epoch("local", e, rows)
+        for e, rows in enumerate(fed_rows):
+            self._log_epoch("federated", e, rows)
+        return mended
 
-    def exchange_gradients(self, gens: list[ClientState], seed: int) -> None:
-        """Each client's NeighGen goes to the others through the server; they return fGen gradients of
-        the cross term; the server sends each client the sum. Only parameters and gradients travel."""
-        ch, p, m = self.ctx.channel, self.params, len(gens)
-        for s in gens:
-            others = [o for o in gens if o.cid != s.cid]
-            w = ch.send("neighgen_weights", generator_weights(s), src=s.cid, dst="server", round=0)
-            w = ch.broadcast("peer_neighgen", w, [o.cid for o in others], 0)
-            grads = self.ctx.executor.map(cross_gradient, others, w, p, seed + 1009 * s.cid, m)
-            grads = [ch.send("fgen_gradient", g, src=o.cid, dst="server", round=0) for o, g in zip(others, grads)]
-            total = {k: v.clone() for k, v in grads[0].items()}
-            for g in grads[1:]:
-                for k, v in g.items():
-                    total[k].add_(v)
-            s.extra["incoming"] = ch.send("fgen_gradient_sum", total, src="server", dst=s.cid, round=0)
+    def exchange_gradients(self, s: ClientState, others: list[ClientState], seed: int) -> None:
+        """Client s's NeighGen goes to the others through the server; they return fGen gradients of the
+        cross term; the server sends s their sum. Only parameters and gradients travel. In-process, the
+        others run one at a time and their gradients are summed as they arrive (each is num_pred·F·2048
+        floats); other executors get them all at once, to run them side by side."""
+        ch, p, m = self.ctx.channel, self.params, len(others) + 1
+        w = ch.send("neighgen_weights", generator_weights(s), src=s.cid, dst="server", round=0)
+        w = ch.broadcast("peer_neighgen", w, [o.cid for o in others], 0)
+        step = 1 if isinstance(self.ctx.executor, InProcessExecutor) else len(others)
+        total = None
+        for i in range(0, len(others), step):
+            chunk = others[i:i + step]
+            grads = self.ctx.executor.map(cross_gradient, chunk, w, p, seed + 1009 * s.cid, m)
+            for o, g in zip(chunk, grads):
+                g = ch.send("fgen_gradient", g, src=o.cid, dst="server", round=0)
+                if total is None:
+                    total = {k: v.clone() for k, v in g.items()}
+                else:
+                    for k, v in g.items():
+                        total[k].add_(v)
+            del grads
+        s.extra["incoming"] = ch.send("fgen_gradient_sum", total, src="server", dst=s.cid, round=0)
 
     def _seed(self, phase: int, epoch: int) -> int:
         return self.ctx.seed * 1_000_003 + phase * 100_003 + epoch * 1009

@@ -20,7 +20,8 @@ local step, OpenFGL's default local_model_on_local_data; the accuracy pooled ove
 nodes). Also: a bare `import torch_geometric` process (the import floor both tools pay) and
 `fgx run algorithm=nope` (must fail fast, naming the allowed values).
 
-Matched settings where the two tools' defaults differ: FedProx mu = OpenFGL's 1e-3; FedSage+ hides
+Matched settings where the two tools' defaults differ: both compute accuracy only (fgx
+metrics=[accuracy]; OpenFGL's args.metrics); FedProx mu = OpenFGL's 1e-3; FedSage+ hides
 half of each client's validation nodes (fgx hide_ratio 0.2 = 0.5 x 40 % validation) and trains
 NeighGen for OpenFGL's 10 generator rounds (fgx: 5 local + 5 federated epochs before round 1, then
 rounds - 10 classifier rounds, averaged uniformly as OpenFGL does). Every number in the final JSON
@@ -55,7 +56,8 @@ STARTUP_TARGET_S, FAIL_FAST_TARGET_S = 1.5, 5.0
 def fgx_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
     common = ["dataset=cora", f"data_dir={a.data_dir}", "partitioner=file", f"partitioner.path={clients_file}",
               f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
-              "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1"]
+              "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1",
+              "metrics=[accuracy]"]     # what OpenFGL computes here (args.metrics = ["accuracy"])
     extra = {"fedavg": [], "local": [], "fedprox": ["algorithm.mu=0.001"], "fedpub": [],
              "fedsage_plus": ["model=sage", "algorithm.hide_ratio=0.2", "algorithm.weighting=uniform",
                               f"algorithm.local_gen_epochs={FEDSAGE_GEN_ROUNDS // 2}",

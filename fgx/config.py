@@ -13,6 +13,18 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 
+def _exact_div(a, b) -> int:
+    """``${fgx.div:a,b}``: a / b when b divides a (e.g. rounds = T / K for a sweep over K at fixed T)."""
+    a, b = int(a), int(b)
+    if b <= 0 or a % b:
+        raise ValueError(f"fgx.div: {a} is not a multiple of {b}")
+    return a // b
+
+
+if not OmegaConf.has_resolver("fgx.div"):
+    OmegaConf.register_new_resolver("fgx.div", _exact_div)
+
+
 class ConfigError(ValueError):
     """A config value that cannot be used. ``key`` is the full dotted key."""
 

@@ -76,8 +76,8 @@ def test_best_client_is_each_clients_test_at_its_own_best_validation_round(run_f
 def test_fedavg_update_bytes_match_model_size(run_fgx, tiny_cfg):
     d = run_fgx(*tiny_cfg)
     comm = json.loads((d / "comm.json").read_text())
-    # gcn 16 -> 16 -> 5: weights + biases, float32; 3 clients up and 3 down per round
-    n_params = 16 * 16 + 16 + 16 * 5 + 5
+    # gcn 16 -> 16 -> 16, then a linear classifier 16 -> 5: weights + biases, float32; 3 clients up and 3 down
+    n_params = 2 * (16 * 16 + 16) + 16 * 5 + 5
     assert comm["per_round"]["1"] == {"global_weights": 3 * 4 * n_params, "update": 3 * 4 * n_params}
 
 

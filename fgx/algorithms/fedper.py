@@ -1,6 +1,7 @@
 """FedPer (Arivazhagan et al., 2019): the base layers are federated with FedAvg; each client keeps
-its own classification head ("personalisation layers"), which never leaves the client. The GCN's
-last layer is the head by default (fedgsp spec §5: "each client keeps its own classification layer")."""
+its own classification head ("personalisation layers"), which never leaves the client. The model's
+last layer is the head by default (fedgsp spec §5: "each client keeps its own classification layer"):
+its linear classifier, or its last convolution when it has none (``model.classifier=none``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -18,17 +19,21 @@ from fgx.registry import ALGORITHMS
 @dataclass
 class FedPerParams(FedAvgParams):
     head_layers: int = field(default=1, metadata=spec(
-        min=1, help="the last N message-passing layers form the personal head (never sent)"))
+        min=1, help="the last N layers (the classifier counts as one) form the personal head (never sent)"))
 
 
 def head_keys(model: torch.nn.Module, head_layers: int) -> set[str]:
-    """State-dict keys of the model's last ``head_layers`` layers (``convs.<i>.*`` for node GNNs)."""
+    """State-dict keys of the model's last ``head_layers`` layers: ``classifier.*`` (when the model has
+    one), then ``convs.<i>.*`` from the last convolution backwards."""
     if not hasattr(model, "convs"):
         raise ConfigError("algorithm.name", "fedper", "a model whose layers are `convs` (gcn, sage, gin)")
-    n = len(model.convs)
-    if head_layers >= n:
-        raise ConfigError("algorithm.head_layers", head_layers, f"< model.layers ({n}): something must be shared")
-    prefixes = tuple(f"convs.{i}." for i in range(n - head_layers, n))
+    layers = [f"convs.{i}." for i in range(len(model.convs))]
+    if getattr(model, "classifier", None) is not None:
+        layers.append("classifier.")
+    if head_layers >= len(layers):
+        raise ConfigError("algorithm.head_layers", head_layers,
+                          f"< the model's {len(layers)} layers (convolutions + classifier): something must be shared")
+    prefixes = tuple(layers[len(layers) - head_layers:])
     return {k for k in model.state_dict() if k.startswith(prefixes)}
 
 

@@ -1,5 +1,8 @@
-"""Shared shape of fgx's node GNNs: a stack of PyG convolutions with ReLU and dropout, the last
-layer producing class logits. ``forward(data)`` reads ``data.x`` and ``data.edge_index``.
+"""Shared shape of fgx's node GNNs: a stack of PyG convolutions with ReLU and dropout, then either a
+linear classifier (``classifier: linear``, the FED-PUB / OpenFGL backbone: conv → ReLU → dropout per
+layer, then Linear) or a last convolution that produces the class logits itself (``classifier: none``).
+``input_dropout`` drops out the raw input features before the first layer (off in the field's
+backbones). ``forward(data)`` reads ``data.x`` and ``data.edge_index``.
 
 ``encode/layer/activate/head`` run the network layer by layer, so algorithms that exchange
 embeddings between clients (CE-FedGNN) can replace remote nodes' rows between layers."""
@@ -18,6 +21,10 @@ class GNNParams:
     layers: int = field(default=2, metadata=spec(min=1))
     hidden: int = field(default=64, metadata=spec(min=1))
     dropout: float = field(default=0.5, metadata=spec(min=0.0, max=1.0))
+    input_dropout: bool = False     # dropout on the raw input features too
+    classifier: str = field(default="linear", metadata=spec(
+        choices=["linear", "none"], help="linear: every layer is hidden-wide, a Linear maps to the classes; "
+                                         "none: the last layer outputs the class logits"))
 
 
 class LayerwiseModel(nn.Module):
@@ -49,10 +56,13 @@ class LayerwiseModel(nn.Module):
 
 
 class NodeGNN(LayerwiseModel):
-    def __init__(self, convs: list[nn.Module], dropout: float):
+    def __init__(self, convs: list[nn.Module], dropout: float, classifier: nn.Module | None = None,
+                 input_dropout: bool = False):
         super().__init__()
         self.convs = nn.ModuleList(convs)
+        self.classifier = classifier
         self.dropout = dropout
+        self.input_dropout = input_dropout
 
     @property
     def num_layers(self) -> int:
@@ -63,16 +73,27 @@ class NodeGNN(LayerwiseModel):
         return {"h": view.x, "e": None}
 
     def layer(self, i: int, h: torch.Tensor, e, edge_index: torch.Tensor):
-        h = nn.functional.dropout(h, self.dropout, self.training)
+        if i > 0 or self.input_dropout:
+            h = nn.functional.dropout(h, self.dropout, self.training)
         return self.convs[i](h, edge_index), e
 
     def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
-        return torch.relu(pre) if i < self.num_layers - 1 else pre
+        return torch.relu(pre) if i < self.num_layers - 1 or self.classifier is not None else pre
 
     def head(self, h: torch.Tensor, e, edge_index: torch.Tensor, view) -> torch.Tensor:
-        return h
+        if self.classifier is None:
+            return h
+        return self.classifier(nn.functional.dropout(h, self.dropout, self.training))
 
 
 def dims(p: GNNParams, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
-    sizes = [in_dim] + [p.hidden] * (p.layers - 1) + [out_dim]
+    """(in, out) of each message-passing layer; with a linear classifier every layer is hidden-wide."""
+    last = p.hidden if p.classifier == "linear" else out_dim
+    sizes = [in_dim] + [p.hidden] * (p.layers - 1) + [last]
     return list(zip(sizes[:-1], sizes[1:]))
+
+
+def node_gnn(p: GNNParams, convs: list[nn.Module], out_dim: int) -> NodeGNN:
+    """A NodeGNN from ``convs`` built over :func:`dims`, with the classifier ``p`` asks for."""
+    head = nn.Linear(p.hidden, out_dim) if p.classifier == "linear" else None
+    return NodeGNN(convs, p.dropout, head, p.input_dropout)

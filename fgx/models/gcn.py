@@ -1,7 +1,7 @@
 """GCN (Kipf & Welling) from PyG's GCNConv."""
 from __future__ import annotations
 
-from fgx.models.base import GNNParams, NodeGNN, dims
+from fgx.models.base import GNNParams, NodeGNN, dims, node_gnn
 from fgx.registry import MODELS
 
 
@@ -9,4 +9,4 @@ from fgx.registry import MODELS
 def build_gcn(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import GCNConv
 
-    return NodeGNN([GCNConv(a, b, cached=False) for a, b in dims(p, in_dim, out_dim)], p.dropout)
+    return node_gnn(p, [GCNConv(a, b, cached=False) for a, b in dims(p, in_dim, out_dim)], out_dim)

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from torch import nn
-from fgx.models.base import GNNParams, NodeGNN, dims
+from fgx.models.base import GNNParams, NodeGNN, dims, node_gnn
 from fgx.registry import MODELS
 
 
@@ -12,4 +12,4 @@ def build_gin(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
 
     convs = [GINConv(nn.Sequential(nn.Linear(a, p.hidden), nn.ReLU(), nn.Linear(p.hidden, b)), train_eps=True)
              for a, b in dims(p, in_dim, out_dim)]
-    return NodeGNN(convs, p.dropout)
+    return node_gnn(p, convs, out_dim)

@@ -1,7 +1,7 @@
 """GraphSAGE (mean aggregator) from PyG's SAGEConv."""
 from __future__ import annotations
 
-from fgx.models.base import GNNParams, NodeGNN, dims
+from fgx.models.base import GNNParams, NodeGNN, dims, node_gnn
 from fgx.registry import MODELS
 
 
@@ -9,4 +9,4 @@ from fgx.registry import MODELS
 def build_sage(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import SAGEConv
 
-    return NodeGNN([SAGEConv(a, b) for a, b in dims(p, in_dim, out_dim)], p.dropout)
+    return node_gnn(p, [SAGEConv(a, b) for a, b in dims(p, in_dim, out_dim)], out_dim)

@@ -176,6 +176,10 @@ class TopParams:
     eval: EvalParams = field(default_factory=EvalParams)
     experiment_name: str | None = None
     logger: str = field(default="none", metadata=spec(choices=["none", "tensorboard", "mlflow"]))
+    # a table cell's method (conf/method/<name>.yaml sets it) and the values a table shares between its
+    # methods (conf/experiment/<table>.yaml; read by the method files through interpolation, and by `fgx tune`)
+    method: str | None = None
+    table: dict[str, Any] = field(default_factory=dict)
 
     def validate(self, prefix: str) -> None:
         from fgx.loggers import missing_package
@@ -245,3 +249,25 @@ def _check_tasks(names: dict, entries: dict) -> None:
             raise ConfigError(f"{group}.name", names[group],
                               f"a {group} that supports the {task!r} task of dataset "
                               f"'{names['dataset']}' ({group} '{names[group]}' supports {list(tasks)})")
+
+
+# Keys that say where and how a run is kept, not what it computes: left out of the fingerprint that
+# ties a table's record to the config that made it (`fgx repro`), and of the resume-skip check.
+BOOKKEEPING_KEYS = ("data_dir", "output", "resume", "logger", "experiment_name", "seed", "hydra")
+BOOKKEEPING_DOTTED = ("dataset.download",)
+
+
+def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:
+    """The resolved config without bookkeeping keys, and a short hash of it: two runs with the same
+    fingerprint and seed compute the same thing."""
+    import hashlib
+    import json
+
+    c = OmegaConf.to_container(cfg, resolve=True) if isinstance(cfg, DictConfig) else dict(cfg)
+    c = {k: v for k, v in c.items() if k not in BOOKKEEPING_KEYS}
+    for dotted in BOOKKEEPING_DOTTED:
+        group, _, key = dotted.partition(".")
+        if isinstance(c.get(group), dict) and key in c[group]:
+            c[group] = {k: v for k, v in c[group].items() if k != key}
+    sha = hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return c, sha

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fgx.config import Validated, default_data_dir, validate
+from fgx.config import Validated, config_fingerprint, default_data_dir, validate
 from fgx.data.base import DataEnv
 from fgx.data.checks import check_clients, check_graph
 from fgx.federation.channel import Channel
@@ -164,8 +164,13 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
     try:
         v = validate(cfg)
         prev = rd.file("summary.json")
+        summary["config_sha"] = config_fingerprint(cfg)[1]
         if v.top.resume and prev.exists():
-            summary["resumed_from"] = rd.read_json("summary.json").get("status")
+            earlier = rd.read_json("summary.json")
+            if earlier.get("status") == "completed" and earlier.get("config_sha") == summary["config_sha"]:
+                log.info("already completed with this config; kept as it is (%s)", rd.path)
+                return earlier
+            summary["resumed_from"] = earlier.get("status")
         rd.write_json("summary.json", summary)
         summary = _train(cfg, v, rd, summary, t_start)
         return summary
@@ -329,7 +334,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "privacy": {**privacy.headline(), "covers": list(cover.covered)},
         # scalar facts only: long lists (e.g. PNA's degree histogram) stay out of the summary
         "data": {"name": info.name, "source": info.source, "task": info.task,
-                 **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None}},
+                 **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None},
+                 **test_majority(ds.data, info.task)},
         "components": dict(v.names),
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
         "seed": top.seed,
@@ -341,6 +347,19 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
              summary["wall_time_s"], main_metric, summary["final"].get(main_metric, float("nan")),
              len(clients), rd.path)
     return summary
+
+
+def test_majority(data, task: str) -> dict:
+    """The share of the test split's most common class (what predicting one class scores): the floor a
+    classifier's test accuracy must clear (`fgx repro` checks baselines against it)."""
+    y, mask = (data.y, getattr(data, "test_mask", None)) if task == "node" else \
+        (getattr(data, "edge_y", None), getattr(data, "edge_test_mask", None))
+    if y is None or mask is None or y.dim() != 1 or y.dtype.is_floating_point:
+        return {}
+    yy = y[mask]
+    if yy.numel() == 0 or int(yy.min()) < 0:
+        return {}
+    return {"test_majority_rate": float(torch.bincount(yy).max()) / yy.numel()}
 
 
 def update_client_best(client_best: list | None, res: dict, main_metric: str, r: int) -> list | None:

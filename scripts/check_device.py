@@ -71,9 +71,8 @@ CASES: list[tuple[str, list[str], bool]] = [
     ("mf_dsgd pndp", [*GOSSIP, "algorithm=mf_dsgd", "privacy=mf_gdp", "privacy.correlation=mafalda_message",
                       "privacy.trust_model=pndp"], False),
     ("ce_fedgnn Cora table 2", ["+experiment=ce_fedgnn_table2_cora", "algorithm=ce_fedgnn"], True),
-    ("fedavg Cora baselines", ["+experiment=baselines_cora", "algorithm=fedavg"], True),
-    ("fedgsp Minesweeper", ["+experiment=fedgsp_minesweeper", "algorithm=fedgsp", "model=unifilter",
-                            "model.K=10", "algorithm.k_principal=3"], True),
+    ("fedavg Cora baselines", ["+experiment=baselines_cora", "method=fedavg_gcn"], True),
+    ("fedgsp Minesweeper", ["+experiment=fedgsp_minesweeper_disj_10", "method=fedgsp"], True),
     ("scalegun Cora table 8", ["+experiment=scalegun_cora_table8", "unlearning.requests.num_requests=20",
                                "unlearning.requests.batch_size=10"], True),
 ]

@@ -84,3 +84,10 @@ def recorded(monkeypatch):
     monkeypatch.setattr(trainer, "check_clients", grab_clients)
     monkeypatch.setattr(trainer, "Channel", RecordingChannel)
     return seen
+
+
+@pytest.fixture(autouse=True)
+def _records_stay_out_of_the_repository(monkeypatch, tmp_path_factory):
+    """`fgx repro` and `fgx tune` write results/*.json next to conf/; in tests they go to a temporary
+    folder (a test of the committed records reads the repository's own with monkeypatch.delenv)."""
+    monkeypatch.setenv("FGX_RESULTS_DIR", str(tmp_path_factory.mktemp("results")))

@@ -140,6 +140,8 @@ def test_resume_never_unpickles_code_from_a_checkpoint(tmp_path, tiny_cfg, run_f
     import torch
 
     run_dir = run_fgx(*tiny_cfg)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({**summary, "status": "running"}))   # as if killed
     marker = tmp_path / "pwned"
     torch.save({"round": 1, "payload": _Exploit(str(marker))}, run_dir / "checkpoint.pt")
     rc = main(["run", *tiny_cfg, "resume=true", f"hydra.run.dir={run_dir}"])
@@ -184,3 +186,16 @@ def test_sampled_edge_runs_are_bit_identical_across_processes(tmp_path):
         finals.append([{k: r[k] for k in ("round", "split", "train_loss", "mean", "global", "per_client")}
                        for r in read_jsonl(d / "metrics.jsonl")])
     assert finals[0] == finals[1]
+
+
+def test_resume_keeps_a_completed_run_with_the_same_config(tmp_path, tiny_cfg, run_fgx):
+    """`resume=true` on a run that completed with the same config keeps it (an interrupted table
+    continues where it stopped); with another config the run is made again."""
+    run_dir = run_fgx(*tiny_cfg)
+    first = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "checkpoint.pt").unlink()
+    assert main(["run", *tiny_cfg, "resume=true", f"hydra.run.dir={run_dir}"]) == 0
+    assert json.loads((run_dir / "summary.json").read_text()) == first
+    assert main(["run", *tiny_cfg, "rounds=2", "resume=true", f"hydra.run.dir={run_dir}"]) == 0
+    again = json.loads((run_dir / "summary.json").read_text())
+    assert again["rounds"] == 2 and again["config_sha"] != first["config_sha"]

@@ -172,9 +172,11 @@ class ClientState:
 
 
 def make_optimizer(model: nn.Module, p: LocalTrainParams) -> torch.optim.Optimizer:
-    if p.optimizer == "sgd":
-        return torch.optim.SGD(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
-    return torch.optim.Adam(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)
+    """The algorithm's optimiser over the model; a model with parameter groups of its own (UniFilter's
+    combination coefficients have their own learning rate) says so through ``param_groups``."""
+    groups = model.param_groups(p.lr, p.weight_decay) if hasattr(model, "param_groups") else \
+        [{"params": list(model.parameters()), "lr": p.lr, "weight_decay": p.weight_decay}]
+    return torch.optim.SGD(groups) if p.optimizer == "sgd" else torch.optim.Adam(groups)
 
 
 def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:

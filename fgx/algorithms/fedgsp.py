@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, round_seed,
-                                 steps_per_round, train_steps)
+from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer,
+                                 round_seed, steps_per_round, train_steps)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -28,8 +28,6 @@ COMB = "comb_weight"
 class FedGSPParams(LocalTrainParams):
     lr: float = field(default=0.15, metadata=spec(gt=0.0, help="lr1: MLP learning rate"))
     weight_decay: float = field(default=5e-4, metadata=spec(min=0.0, help="wd1: MLP weight decay"))
-    lr_comb: float = field(default=0.005, metadata=spec(gt=0.0, help="lr2: combination coefficients"))
-    weight_decay_comb: float = field(default=0.0, metadata=spec(min=0.0, help="wd2"))
     local_steps: int = field(default=1, metadata=spec(min=1, help="full-batch epochs per round (n_eps)"))
     gamma: float = field(default=1.0, metadata=spec(gt=0.0, help="γ: regulariser of the W rows"))
     k_principal: int = field(default=3, metadata=spec(min=1, help="PCA directions per descriptor"))
@@ -50,6 +48,9 @@ class FedGSPParams(LocalTrainParams):
         min=-1, help="optimise the graphs in rounds 1..N (the code's rounds < 15); -1: every round"))
     edge_threshold: float = field(default=0.0, metadata=spec(
         min=0.0, help="w_ij above this is an edge of G_c for the complementarity ratio r_c"))
+    graph: str = field(default="learned", metadata=spec(
+        choices=["learned", "uniform"],
+        help="learned: the collaboration graphs of §2.3; uniform (ablation): every W = 1/M, no descriptors sent"))
 
 
 # -- server: closed forms and the W update ---------------------------------------------------
@@ -195,12 +196,6 @@ def client_round(state: ClientState, p: FedGSPParams, seed: int):
     return flat_params(state.model), loss
 
 
-def make_optimizer(model, p: FedGSPParams) -> torch.optim.Optimizer:
-    groups = [{"params": list(model.mlp_parameters()), "lr": p.lr, "weight_decay": p.weight_decay},
-              {"params": [model.comb_weight], "lr": p.lr_comb, "weight_decay": p.weight_decay_comb}]
-    return torch.optim.SGD(groups) if p.optimizer == "sgd" else torch.optim.Adam(groups)
-
-
 def personalised_average(weights: list[dict], w: torch.Tensor, w_k: torch.Tensor) -> list[dict]:
     """Client i gets Σ_j W[i,j] θ_j for the MLP and order-0 coefficients and Σ_j W_K[k-1][i,j] θ_j
     for the order-k coefficients."""
@@ -244,19 +239,26 @@ class FedGSP(Algorithm):
             model = ctx.build_model()
             self.states.append(ClientState(c.cid, self.views[c.cid], model, make_optimizer(model, self.params),
                                            ctx.info.task))
-        self.descriptors = ctx.executor.map(client_descriptors, self.states, self.params.k_principal)
         m, order = len(self.states), self.states[0].model.p.K
-        init = torch.full((m, m), 1.0 / max(m - 1, 1), dtype=torch.float64)
-        init.fill_diagonal_(0.0 if m > 1 else 1.0)
+        if self.params.graph == "uniform":     # the ablation: no descriptors, every client gets the plain mean
+            self.descriptors = None
+            init = torch.full((m, m), 1.0 / m, dtype=torch.float64)
+        else:
+            self.descriptors = ctx.executor.map(client_descriptors, self.states, self.params.k_principal)
+            init = torch.full((m, m), 1.0 / max(m - 1, 1), dtype=torch.float64)
+            init.fill_diagonal_(0.0 if m > 1 else 1.0)
         self.w = init.clone()
         self.w_k = init.unsqueeze(0).repeat(order, 1, 1)
         self.b = torch.zeros(m, dtype=torch.float64)
         self.b_k = torch.zeros(order, m, dtype=torch.float64)
         self.sim = None
         self.pending: list | None = None
-        ctx.record("fedgsp_clients", {"hhat": [float(d["hhat"]) for d in self.descriptors]})
+        if self.descriptors is not None:
+            ctx.record("fedgsp_clients", {"hhat": [float(d["hhat"]) for d in self.descriptors]})
 
     def optimising(self, r: int) -> bool:
+        if self.params.graph == "uniform":
+            return False
         return self.params.graph_opt_rounds < 0 or r <= self.params.graph_opt_rounds
 
     def round(self, r: int) -> dict[str, float]:

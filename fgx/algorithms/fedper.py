@@ -23,16 +23,14 @@ class FedPerParams(FedAvgParams):
 
 
 def head_keys(model: torch.nn.Module, head_layers: int) -> set[str]:
-    """State-dict keys of the model's last ``head_layers`` layers: ``classifier.*`` (when the model has
-    one), then ``convs.<i>.*`` from the last convolution backwards."""
-    if not hasattr(model, "convs"):
-        raise ConfigError("algorithm.name", "fedper", "a model whose layers are `convs` (gcn, sage, gin)")
-    layers = [f"convs.{i}." for i in range(len(model.convs))]
-    if getattr(model, "classifier", None) is not None:
-        layers.append("classifier.")
+    """State-dict keys of the model's last ``head_layers`` layers (the model lists its layers, input to
+    output, in ``layer_prefixes``: a GCN's convolutions then its classifier, UniFilter's MLP layers)."""
+    if not hasattr(model, "layer_prefixes"):
+        raise ConfigError("algorithm.name", "fedper", "a model that lists its layers (gcn, sage, gin, unifilter)")
+    layers = model.layer_prefixes()
     if head_layers >= len(layers):
         raise ConfigError("algorithm.head_layers", head_layers,
-                          f"< the model's {len(layers)} layers (convolutions + classifier): something must be shared")
+                          f"< the model's {len(layers)} layers: something must be shared")
     prefixes = tuple(layers[len(layers) - head_layers:])
     return {k for k in model.state_dict() if k.startswith(prefixes)}
 

@@ -1,4 +1,5 @@
-"""``fgx repro NAME``: run a paper preset and print its table beside the paper's numbers."""
+"""``fgx repro NAME``: run a paper table as one Hydra multirun, record it in results/NAME.json and
+print it beside the paper's numbers with the computed status."""
 from __future__ import annotations
 
 import sys
@@ -8,37 +9,43 @@ from pathlib import Path
 def cmd_repro(args) -> int:
     from fgx.cli import conf_dir
     from fgx.outputs import atomic_write_bytes
-    from fgx.report.repro import load_targets, markdown, reproduce, reproduction_markdown, targets_dir
+    from fgx.report.repro import load_targets, markdown, record_result, reproduce, reproduction_markdown, \
+        table_names
     from fgx.report.runs import ReportError
 
     conf = conf_dir()
-    if args.docs:
-        atomic_write_bytes(Path(args.docs), (reproduction_markdown(conf) + "\n").encode())
-        print(f"wrote {args.docs}")
-        return 0
-    if args.list or not args.name:
-        for tf in sorted(targets_dir(conf).glob("*.yaml")):
-            t = load_targets(conf, tf.stem)
-            print(f"{tf.stem:34s} {t['paper']} {t['item']} [{t['data']}, {t['status']}]")
-        return 0
     try:
+        if args.docs:
+            atomic_write_bytes(Path(args.docs), (reproduction_markdown(conf) + "\n").encode())
+            print(f"wrote {args.docs}")
+            return 0
+        if args.list or not args.name:
+            for name in table_names(conf):
+                t = load_targets(conf, name)
+                res = record_result(conf, name, t, check_stale=False)
+                print(f"{name:34s} {t['paper']}: {t['item']} [{t['data']}; {res.status}]")
+            return 0
         res = reproduce(conf, args.name, out=args.out, overrides=args.overrides,
-                        existing=Path(args.from_dir) if args.from_dir else None)
+                        existing=Path(args.from_dir) if args.from_dir else None, record=not args.no_record)
     except ReportError as e:
         print(f"fgx repro: {e}", file=sys.stderr)
         return 2
     print(markdown(res))
     print(f"\nwritten: {', '.join(str(f) for f in res.files)}")
-    return 0 if all(c.ok is not False for c in res.checks) else 1
+    return 0 if all(c.ok is not False for c in res.checks) and not res.problems else 1
 
 
 def register(sub) -> None:
-    p = sub.add_parser("repro", help="run a paper preset (conf/experiment/NAME) and compare with the paper "
-                                     "(conf/targets/NAME)")
-    p.add_argument("name", nargs="?", help="preset name; without it, the list of reproducible presets")
-    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the runs (e.g. data_dir=...)")
-    p.add_argument("--out", help="output directory (default outputs/repro/NAME/<time>)")
-    p.add_argument("--from", dest="from_dir", help="compare existing runs in this directory instead of running")
-    p.add_argument("--list", action="store_true", help="list the presets that have targets")
-    p.add_argument("--docs", metavar="PATH", help="write the reproduction index (docs/REPRODUCTION.md) and exit")
+    p = sub.add_parser("repro", help="run a paper table (conf/experiment/NAME) as one multirun, record it in "
+                                     "results/NAME.json and compare with the paper (conf/targets/NAME)")
+    p.add_argument("name", nargs="?", help="table name; without it, the list of tables and their statuses")
+    p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the runs (e.g. data_dir=..., "
+                                                "hydra/launcher=joblib, method=a,b to run some methods only)")
+    p.add_argument("--out", help="output directory (default outputs/repro/NAME/<time>); an existing one keeps "
+                                 "its completed runs")
+    p.add_argument("--from", dest="from_dir", help="compare existing runs in this directory (never recorded)")
+    p.add_argument("--no-record", action="store_true", help="run and compare, but leave results/NAME.json as it is")
+    p.add_argument("--list", action="store_true", help="list the tables and their computed statuses")
+    p.add_argument("--docs", metavar="PATH", help="write the reproduction document (docs/REPRODUCTION.md) from the "
+                                                  "records and exit")
     p.set_defaults(func=cmd_repro)

@@ -68,6 +68,10 @@ class NodeGNN(LayerwiseModel):
     def num_layers(self) -> int:
         return len(self.convs)
 
+    def layer_prefixes(self) -> list[str]:
+        """State-dict prefixes of the layers, input to output (FedPer keeps the last ones personal)."""
+        return [f"convs.{i}." for i in range(len(self.convs))] + (["classifier."] if self.classifier is not None else [])
+
     # layer-wise interface (docs/ARCHITECTURE.md): CE-FedGNN swaps halo rows between layers
     def encode(self, view) -> dict:
         return {"h": view.x, "e": None}

@@ -43,6 +43,9 @@ class UniFilterParams:
         choices=["train_edges", "code_bug", "oracle"],
         help="ĥ from training-label edges; the reference code's id-range loop; all labels (diagnostics only)"))
     bias: bool = False
+    lr_comb: float = field(default=0.005, metadata=spec(
+        gt=0.0, help="lr2: learning rate of the combination coefficients (the MLP uses the algorithm's lr)"))
+    weight_decay_comb: float = field(default=0.0, metadata=spec(min=0.0, help="wd2: their weight decay"))
     mlp_init: str = field(default="code", metadata=spec(
         choices=["code", "torch"],
         help="code: the reference code's Dense layers, U(±1/sqrt(out)) and the residual adds the dropped-out "
@@ -177,6 +180,16 @@ class UniFilter(LayerwiseModel):
     @property
     def num_layers(self) -> int:
         return len(self.mlp)
+
+    def layer_prefixes(self) -> list[str]:
+        """State-dict prefixes of the layers, input to output: the combination, then the MLP layers."""
+        return ["comb_weight"] + [f"mlp.{i}." for i in range(len(self.mlp))]
+
+    def param_groups(self, lr: float, weight_decay: float) -> list[dict]:
+        """The MLP trains with the algorithm's lr / weight decay, the combination coefficients with
+        lr_comb / weight_decay_comb (the reference code's lr1/wd1 and lr2/wd2), whatever the algorithm."""
+        return [{"params": list(self.mlp_parameters()), "lr": lr, "weight_decay": weight_decay},
+                {"params": [self.comb_weight], "lr": self.p.lr_comb, "weight_decay": self.p.weight_decay_comb}]
 
     def mlp_parameters(self):
         return self.mlp.parameters()

@@ -1,23 +1,26 @@
-"""Paper reproduction: run a preset of conf/experiment/ and set its result beside the paper's numbers.
+"""Paper reproduction: run a table preset of conf/experiment/, record it, and set it beside the paper.
 
-Each reproducible preset ``conf/experiment/NAME.yaml`` has a targets file ``conf/targets/NAME.yaml``:
+A table is ``conf/experiment/NAME.yaml`` (dataset, protocol, the methods and seeds it sweeps) with a
+targets file ``conf/targets/NAME.yaml`` (what the paper reports and which checks apply):
 
     paper: CE-FedGNN            # which source paper
     item: Table 2 (Cora column) # which table or figure
     data: real                  # real | generated (a stand-in generator) | scaled (real, smaller budget)
                                 # | substitute (another real dataset in the paper's place) | accounting
-    status: reproduced          # the verdict of the last recorded run: reproduced | partial | not reproduced | not yet run
-    measured: "..."             # what that run gave (one line), with its date
     metric: f1_macro            # the column compared (default: the runs' main metric)
-    by: [algorithm]             # group keys (default: the keys the sweep varies)
+    by: [method]                # group keys (default: the keys the sweep varies)
     rows:                       # paper values; `tolerance` (absolute) makes a row a check, null only shows it
-      - {where: {algorithm: ce_fedgnn}, paper: 0.4701, tolerance: 0.05}
+      - {where: {method: ce_fedgnn}, paper: 0.4701, tolerance: 0.05}
     ordering:                   # expected order of group means, best first (a >= b >= ...)
-      - {key: algorithm, order: [ce_fedgnn, fedgnn_st, ce_fedgnn_no_sharing]}
-      - {key: algorithm, order: [mafalda_sgd, dp_dsgd], where: {algorithm.mu: 1.0}, lower_is_better: true}
-      - {key: algorithm, order: [ce_fedgnn, fedgnn_st], metric: accuracy}   # another column than `metric`
+      - {key: method, order: [ce_fedgnn, fedgnn_st, ce_fedgnn_no_sharing]}
+      - {key: method, order: [mafalda_sgd, dp_dsgd], where: {algorithm.mu: 1.0}, lower_is_better: true}
+      - {key: method, order: [ce_fedgnn, fedgnn_st], metric: accuracy}   # another column than `metric`
     plot: {kind: sweep, x: algorithm.local_steps}   # figures: also written beside the table
-    command: python scripts/x_table.py              # only when one Hydra sweep cannot express the runs
+
+A targets file never says whether the table reproduces: ``fgx repro NAME`` runs the table as one
+Hydra multirun, writes the committed record ``results/NAME.json`` (fgx.report.records) and the
+status is computed from that record and the checks, here and in docs/REPRODUCTION.md
+(``fgx repro --docs``).
 
 Presets whose YAML holds an ``accounting:`` block are pure arithmetic: ``kind: metric_dp`` (CE-FedGNN
 Tables 6/7; targets give ``paper_values``, one list per row, one value per σ column, and a ``tolerance``)
@@ -25,6 +28,7 @@ or ``kind: pndp`` (Bellet et al. Fig. 2; ``paper_values`` maps a distance to its
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from dataclasses import dataclass, field
@@ -33,8 +37,8 @@ from typing import Any
 
 from fgx.report.runs import ReportError
 
-STATUSES = ("reproduced", "partial", "not reproduced", "not yet run", "accounting exact", "held out")
 DATA_KINDS = ("real", "generated", "scaled", "substitute", "accounting")
+TYPED_VERDICTS = ("status", "measured")     # computed from records; a targets file may not type them
 
 
 @dataclass
@@ -54,6 +58,9 @@ class ReproResult:
     problems: str = ""
     out_dir: Path | None = None
     files: list[Path] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)      # cells whose recorded config is not the preset's now
+    record: dict | None = None
+    extra: dict = field(default_factory=dict)          # the table as JSON rows, the metric compared
 
     @property
     def verdict(self) -> str:
@@ -62,32 +69,71 @@ class ReproResult:
             return "no checks"
         return "all checks hold" if all(checked) else f"{sum(checked)}/{len(checked)} checks hold"
 
+    @property
+    def status(self) -> str:
+        """Computed, never typed: reproduced only when every check holds on a record that is current."""
+        if self.record is None:
+            return "not yet run"
+        if self.stale:
+            return "stale"
+        checked = [c.ok for c in self.checks if c.ok is not None]
+        if not checked:
+            return "shown only"
+        return "reproduced" if all(checked) else "not reproduced"
+
 
 def targets_dir(conf: Path) -> Path:
     return conf / "targets"
 
 
+def targets_sha(t: dict) -> str:
+    return hashlib.sha256(json.dumps({k: v for k, v in t.items() if k != "accounting"}, sort_keys=True,
+                                     default=str).encode()).hexdigest()[:16]
+
+
 def load_targets(conf: Path, name: str) -> dict:
+    """conf/targets/NAME.yaml, or the family targets file the table names (``table.targets`` in
+    conf/experiment/NAME.yaml, with ``table.item`` and ``table.data`` saying which row it is)."""
     from omegaconf import OmegaConf
 
     exp = conf / "experiment" / f"{name}.yaml"
     tf = targets_dir(conf) / f"{name}.yaml"
-    known = sorted(p.stem for p in targets_dir(conf).glob("*.yaml"))
     if not exp.exists():
-        raise ReportError(f"no preset conf/experiment/{name}.yaml; reproducible presets: {known}")
-    if not tf.exists():
-        raise ReportError(f"preset {name!r} has no targets file conf/targets/{name}.yaml; "
-                          f"reproducible presets: {known}")
-    t = OmegaConf.to_container(OmegaConf.load(tf), resolve=True)
-    for key in ("paper", "item", "data", "status"):
+        raise ReportError(f"no preset conf/experiment/{name}.yaml; tables: {table_names(conf)}")
+    exp_node = OmegaConf.to_container(OmegaConf.load(exp))
+    row = (exp_node.get("table") or {}) if isinstance(exp_node, dict) else {}
+    if tf.exists():
+        t = OmegaConf.to_container(OmegaConf.load(tf), resolve=True)
+    elif row.get("targets") and (targets_dir(conf) / f"{row['targets']}.yaml").exists():
+        t = OmegaConf.to_container(OmegaConf.load(targets_dir(conf) / f"{row['targets']}.yaml"), resolve=True)
+        t.pop("family", None)
+        t.update({k: row[k] for k in ("item", "data", "scale_note") if k in row})
+    else:
+        raise ReportError(f"preset {name!r} has no targets (conf/targets/{name}.yaml or table.targets in its "
+                          f"preset); tables: {table_names(conf)}")
+    for key in ("paper", "item", "data"):
         if key not in t:
             raise ReportError(f"conf/targets/{name}.yaml: missing key {key!r}")
+    typed = [k for k in TYPED_VERDICTS if k in t]
+    if typed:
+        raise ReportError(f"conf/targets/{name}.yaml: {typed[0]!r} is computed from the record results/{name}.json "
+                          f"(`fgx repro {name}`), not written in a targets file; remove it")
     if t["data"] not in DATA_KINDS:
         raise ReportError(f"conf/targets/{name}.yaml: data={t['data']!r}; allowed: {list(DATA_KINDS)}")
-    if t["status"] not in STATUSES:
-        raise ReportError(f"conf/targets/{name}.yaml: status={t['status']!r}; allowed: {list(STATUSES)}")
-    t["accounting"] = OmegaConf.to_container(OmegaConf.load(exp), resolve=True).get("accounting")
+    t["accounting"] = exp_node.get("accounting") if isinstance(exp_node, dict) else None
     return t
+
+
+def table_names(conf: Path) -> list[str]:
+    """Every preset with targets: its own conf/targets/NAME.yaml, or a family file its `table.targets` names."""
+    import re
+
+    own = {p.stem for p in targets_dir(conf).glob("*.yaml")}
+    names = []
+    for exp in sorted((conf / "experiment").glob("*.yaml")):
+        if exp.stem in own or re.search(r"^\s+targets:\s*\S", exp.read_text(), re.M):
+            names.append(exp.stem)
+    return names
 
 
 def _stamp() -> str:
@@ -134,7 +180,7 @@ def metric_dp_accounting(name: str, t: dict, out_dir: Path) -> ReproResult:
     note = (f"R' = {acc['releases']} releases, δ = {acc['delta']}; cells: fgx (paper); tolerance {tol:g}"
             if paper else f"R' = {acc['releases']} releases, δ = {acc['delta']}; paper values held out")
     res = ReproResult(name, t, md + "\n\n" + note, checks, out_dir=out_dir)
-    res.files += _write(res, out_dir, {"rows": rows})
+    res.extra = {"rows": rows}
     return res
 
 
@@ -173,7 +219,7 @@ def pndp_accounting(name: str, t: dict, out_dir: Path) -> ReproResult:
             f"Rényi α = {acc.get('alpha', 2.0)}, σ = {acc.get('sigma', 1.0)}, attacker {acc.get('attacker', 0)}; "
             f"LDP level {ldp:.4g}")
     res = ReproResult(name, t, md + "\n\n" + note, checks, out_dir=out_dir)
-    res.files += _write(res, out_dir, {"by_distance": tab["by_distance"], "ldp_rdp": ldp})
+    res.extra = {"by_distance": tab["by_distance"], "ldp_rdp": ldp}
     return res
 
 
@@ -226,25 +272,74 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
     return checks
 
 
-def report_runs(name: str, t: dict, run_root: Path) -> ReproResult:
-    from fgx.report.runs import find_runs
-    from fgx.report.table import build_report, problems_text, render
+def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
+    """The table (mean ± std per group) and the checks of ``t`` over ``runs`` (run directories or a
+    record's runs). ``{main}`` in a metric name stands for the runs' main metric."""
+    from fgx.report.table import build_report, default_metric, problems_text, render
 
-    runs = find_runs([run_root])
+    main = default_metric(runs) if any(r.status == "completed" for r in runs) else "?"
+    t = _with_main(t, main)
     metric = t.get("metric")
     extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
     metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
     rep = build_report(runs, by=t.get("by"), metrics=metrics or None)
     metric = metric or rep.metrics[0] if rep.metrics else metric
     checks = compare(rep, t, metric) if rep.metrics else []
-    res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep), out_dir=run_root)
-    if t.get("plot") and rep.metrics:
-        from fgx.report.plots import plot
-        p = dict(t["plot"])
-        kind = p.pop("kind")
-        res.files.append(plot([run_root], kind=kind, output=str(run_root / f"{name}_{kind}.png"), metric=metric, **p))
-    res.files += _write(res, run_root, {"table": json.loads(rep.table.to_json(orient="records"))})
+    if t.get("floor") is not None and rep.metrics:
+        checks += floor_checks(rep, runs, metric, float(t["floor"]))
+    res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep))
+    res.extra = {"table": json.loads(rep.table.to_json(orient="records")), "metric": metric}
     return res
+
+
+def _with_main(t: dict, main: str) -> dict:
+    t = dict(t)
+    if isinstance(t.get("metric"), str):
+        t["metric"] = t["metric"].replace("{main}", main)
+    t["ordering"] = [{**o, "metric": o["metric"].replace("{main}", main)} if o.get("metric") else o
+                     for o in t.get("ordering") or []]
+    return t
+
+
+def floor_checks(rep, runs: list, metric: str, margin: float) -> list[Check]:
+    """Every group must clear the trivial predictor by ``margin``: for accuracy the test split's
+    majority-class rate (summary data.test_majority_rate), for ROC-AUC 0.5."""
+    import statistics
+
+    from fgx.report.runs import group_label
+
+    groups = _group_means(rep, metric)
+    key = lambda g: tuple(g[b] for b in rep.by)
+    if "roc_auc" in metric:
+        trivial = {key(g): 0.5 for g, *_ in groups}
+        label = "ROC-AUC 0.5"
+    elif "accuracy" in metric:
+        rates: dict[tuple, list[float]] = {}
+        for r in runs:
+            v = (r.summary.get("data") or {}).get("test_majority_rate")
+            if r.status == "completed" and isinstance(v, (int, float)):
+                rates.setdefault(tuple(str(x) for x in group_label(r, rep.by)), []).append(float(v))
+        trivial = {k: statistics.mean(v) for k, v in rates.items()}
+        label = "the majority-class rate"
+    else:
+        return []
+    out = []
+    for g, mean, _, _ in groups:
+        if key(g) not in trivial:
+            continue
+        floor = trivial[key(g)] + margin
+        what = f"{', '.join(f'{k}={v}' for k, v in g.items())}: {metric} ≥ {label} + {margin:g}"
+        out.append(Check(what, f"≥ {floor:.4f}", f"{mean:.4f}", mean >= floor))
+    return out
+
+
+def _plot(name: str, t: dict, run_root: Path, metric: str | None) -> list[Path]:
+    if not t.get("plot") or not metric:
+        return []
+    from fgx.report.plots import plot
+    p = dict(t["plot"])
+    kind = p.pop("kind")
+    return [plot([run_root], kind=kind, output=str(run_root / f"{name}_{kind}.png"), metric=metric, **p)]
 
 
 def _write(res: ReproResult, out_dir: Path, extra: dict) -> list[Path]:
@@ -252,69 +347,193 @@ def _write(res: ReproResult, out_dir: Path, extra: dict) -> list[Path]:
 
     rd = RunDir(out_dir)
     rd.write_json("repro.json", {"name": res.name, "paper": res.targets["paper"], "item": res.targets["item"],
-                                 "data": res.targets["data"], "verdict": res.verdict,
+                                 "data": res.targets["data"], "verdict": res.verdict, "status": res.status,
                                  "checks": [c.__dict__ for c in res.checks], **extra})
     atomic_write_bytes(rd.file("repro.md"), (markdown(res) + "\n").encode())
     return [rd.file("repro.json"), rd.file("repro.md")]
 
 
-def markdown(res: ReproResult) -> str:
+def markdown(res: ReproResult, heading: bool = True) -> str:
     from fgx.report.table import to_markdown
 
     t = res.targets
-    lines = [f"# {t['paper']} {t['item']} — fgx repro {res.name}", "",
-             f"Data: {t['data']}" + (f" — {t['scale_note']}" if t.get("scale_note") else ""), "",
-             res.table_markdown, ""]
+    lines = [f"# {t['paper']} {t['item']} — fgx repro {res.name}", ""] if heading else []
+    lines += [f"Data: {t['data']}" + (f" — {t['scale_note']}" if t.get("scale_note") else ""), "",
+              res.table_markdown, ""]
     if res.checks:
-        mark = {True: "✓", False: "✗", None: "·"}
-        shown = res.checks if len(res.checks) <= 12 else [c for c in res.checks if c.ok is False]
-        lines += ["## Against the paper", ""]
-        if shown:
-            lines += [to_markdown(["check", "paper", "fgx", ""], [[c.what, c.paper, c.fgx, mark[c.ok]] for c in shown]),
-                      ""]
-        if len(shown) < len(res.checks):
-            lines += [f"({len(res.checks) - len(shown)} more checks hold; all are in repro.json)", ""]
-        lines += [f"Verdict: {res.verdict}."]
+        mark = {True: "✓", False: "✗ not reproduced", None: "· (shown)"}
+        lines += ["Against the paper:", "",
+                  to_markdown(["check", "paper", "fgx", ""], [[c.what, c.paper, c.fgx, mark[c.ok]] for c in res.checks]),
+                  ""]
+    if res.stale:
+        lines += [f"Stale: the recorded config of {', '.join(res.stale)} is not what the preset resolves to now; "
+                  f"run `fgx repro {res.name}` again.", ""]
+    lines += [f"Status: **{res.status}** ({res.verdict})."]
     if res.problems:
         lines += ["", res.problems]
     return "\n".join(lines)
 
 
+# ---------------------------------------------------------------------------------------- records
+def sweep_keys(conf: Path, name: str) -> list[str]:
+    """The keys the table's own sweep varies (conf/experiment/NAME.yaml: hydra.sweeper.params)."""
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.load(conf / "experiment" / f"{name}.yaml")
+    params = OmegaConf.select(node, "hydra.sweeper.params") or {}
+    return [str(k) for k in params]
+
+
+def cell_config(name: str, cell: dict[str, str]) -> tuple[dict, str]:
+    """What `fgx run +experiment=NAME k=v ...` resolves to for one cell: the config fingerprint."""
+    from fgx.cli import compose
+    from fgx.config import config_fingerprint
+
+    return config_fingerprint(compose([f"+experiment={name}", *(f"{k}={v}" for k, v in cell.items())]))
+
+
+def stale_cells(conf: Path, name: str, record: dict) -> list[str]:
+    """Cells of the record whose config differs from what the preset resolves to now."""
+    keys = sweep_keys(conf, name)
+    stale, cache = [], {}
+    for e in record.get("runs", []):
+        cell = {k: v for k, v in e["overrides"].items() if k in keys and k != "seed"}
+        label = " ".join(f"{k}={v}" for k, v in cell.items()) or name
+        ck = json.dumps(cell, sort_keys=True)
+        if ck not in cache:
+            try:
+                cache[ck] = cell_config(name, cell)[1]
+            except Exception as exc:  # noqa: BLE001 - a cell that no longer composes is stale, with the reason
+                cache[ck] = f"error: {exc}"
+        if cache[ck] != e.get("config_sha") and label not in stale:
+            stale.append(label)
+    return stale
+
+
+def record_result(conf: Path, name: str, t: dict | None = None, check_stale: bool = True) -> ReproResult:
+    """A table's result computed from its committed record alone (no record: 'not yet run')."""
+    from fgx.report.records import load_record, record_runs
+
+    t = t or load_targets(conf, name)
+    record = load_record(conf, name)
+    if record is None:
+        return ReproResult(name, t, "(no record yet: run `fgx repro " + name + "`)")
+    if "accounting" in record:
+        acc = record["accounting"]
+        res = ReproResult(name, t, acc["table_markdown"], [Check(**c) for c in acc["checks"]], record=record)
+        if check_stale and record.get("targets_sha") != targets_sha(t):
+            res.stale = ["the targets (changed since the record)"]
+        return res
+    res = table_from_runs(name, t, record_runs(record))
+    res.record = record
+    if check_stale:
+        res.stale = stale_cells(conf, name, record)
+    return res
+
+
+def collect(conf: Path, name: str, run_root: Path, command: str) -> tuple[list[dict], dict, list[str]]:
+    """Record entries for the completed runs under ``run_root`` that are cells of the table as the
+    preset defines them (a run whose config was changed by extra overrides is not a table cell)."""
+    from omegaconf import OmegaConf
+
+    from fgx.config import config_fingerprint
+    from fgx.report.records import provenance, run_entry
+    from fgx.report.runs import find_runs
+
+    keys, prov = sweep_keys(conf, name), provenance(command)
+    entries, configs, refused = [], {}, []
+    for run in find_runs([run_root]):
+        if run.status != "completed":
+            continue
+        cell = {k: v for k, v in run.overrides.items() if k in keys and k != "seed"}
+        want, want_sha = cell_config(name, cell)
+        if run.summary.get("config_sha") != want_sha:
+            got = config_fingerprint(OmegaConf.load(run.path / ".hydra" / "config.yaml"))[0]
+            diff = [k for k in sorted(set(_flat(want)) | set(_flat(got))) if _flat(want).get(k) != _flat(got).get(k)]
+            refused.append(f"{run.path.name} ({', '.join(diff[:4]) or 'config'} differ from the preset)")
+            continue
+        configs[want_sha] = want
+        entries.append(run_entry(run, prov))
+    return entries, configs, refused
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in d.items():
+        key = f"{prefix}{k}"
+        if isinstance(v, dict):
+            out.update(_flat(v, key + "."))
+        else:
+            out[key] = v
+    return out
+
+
 def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[str] | None = None,
-              existing: Path | None = None) -> ReproResult:
+              existing: Path | None = None, record: bool = True) -> ReproResult:
+    """Run the table (or compare runs that exist), write its record and compute its status."""
+    from fgx.report.records import load_record, merge, provenance, write_record
+
     t = load_targets(conf, name)
     out = Path(out) if out else Path("outputs") / "repro" / name / _stamp()
+    command = " ".join(["fgx repro", name, *(overrides or [])])
     if t["accounting"] is not None:
-        return run_accounting(name, t, out)
-    if existing is None and t.get("command"):
-        raise ReportError(f"{name} is reproduced by `{t['command']}` (its runs pair settings a single Hydra sweep "
-                          f"cannot); run that, then compare with: fgx repro {name} --from <its output directory>")
-    if existing is None:
-        from fgx.cli import cmd_run
-        cmd_run(["-m", f"+experiment={name}", f"hydra.sweep.dir={out}", *(overrides or [])])
-        existing = out
-    return report_runs(name, t, Path(existing))
+        res = run_accounting(name, t, out)
+        if record:
+            res.record = {"table": name, "targets_sha": targets_sha(t), **provenance(command),
+                          "accounting": {"table_markdown": res.table_markdown,
+                                         "checks": [c.__dict__ for c in res.checks]}}
+            res.files.append(write_record(conf, name, res.record))
+        res.files += _write(res, out, res.extra)
+        return res
+    if existing is not None:       # compare runs made elsewhere: shown, never recorded
+        res = table_from_runs(name, t, _runs(Path(existing)))
+        res.files += _plot(name, t, Path(existing), res.extra.get("metric"))
+        res.files += _write(res, Path(existing), res.extra)
+        return res
+    from fgx.cli import cmd_run
+
+    # resume=true: in an output directory that already holds some of the table's runs (an interrupted
+    # `fgx repro NAME --out DIR`), completed jobs with the same config are kept, not run again
+    cmd_run(["-m", f"+experiment={name}", f"hydra.sweep.dir={out}", "resume=true", *(overrides or [])])
+    entries, configs, refused = collect(conf, name, out, command)
+    if record and entries:
+        path = write_record(conf, name, merge(load_record(conf, name), name, entries, configs))
+        res = record_result(conf, name, t)
+        res.files.append(path)
+    else:
+        res = table_from_runs(name, t, _runs(out))
+    if refused:
+        res.problems = (res.problems + "\n" if res.problems else "") + \
+            "not recorded (not a cell of the table as the preset defines it): " + "; ".join(refused)
+    res.files += _plot(name, t, out, res.extra.get("metric"))
+    res.files += _write(res, out, res.extra)
+    return res
+
+
+def _runs(root: Path) -> list:
+    from fgx.report.runs import find_runs
+    return find_runs([root])
 
 
 # ---------------------------------------------------------------------------------------- docs
 def reproduction_markdown(conf: Path) -> str:
-    """docs/REPRODUCTION.md: every preset with targets, its status and command."""
-    from omegaconf import OmegaConf
-
+    """docs/REPRODUCTION.md, from the committed records (results/*.json) and the targets alone."""
     from fgx.report.table import to_markdown
 
     entries = []
-    for tf in sorted(targets_dir(conf).glob("*.yaml")):
-        t: dict[str, Any] = OmegaConf.to_container(OmegaConf.load(tf), resolve=True)
-        entries.append((t.get("paper", "?"), t.get("item", "?"), tf.stem, t))
+    for name in table_names(conf):
+        t = load_targets(conf, name)
+        entries.append((t.get("paper", "?"), t.get("item", "?"), name, t, record_result(conf, name, t)))
     papers: dict[str, list] = {}
     for e in entries:
         papers.setdefault(e[0], []).append(e)
     out = ["# Reproducing the papers", "",
-           "Generated by `fgx repro --docs docs/REPRODUCTION.md` from `conf/targets/*.yaml`; do not edit by hand.",
-           "Each row is one preset of `conf/experiment/`; `fgx repro NAME` runs it and writes `repro.md` (the",
-           "table beside the paper's numbers, with the checks) into `outputs/repro/NAME/<time>/`.",
-           "Extra overrides go after the name, e.g. `fgx repro ce_fedgnn_table2_cora data_dir=/path/to/data`.", "",
+           "Generated by `fgx repro --docs docs/REPRODUCTION.md` from the committed records `results/*.json` and",
+           "the checks in `conf/targets/*.yaml`; do not edit by hand. Every number here comes from a record that",
+           "`fgx repro NAME` wrote (the command, commit, date and machine are in the record). A status is computed:",
+           "**reproduced** = every check holds; **not reproduced** = some check fails (its numbers are shown);",
+           "**stale** = the preset changed since the record was made; **not yet run** = no record;",
+           "**shown only** = the table has no checks (e.g. held-out paper values).", "",
            "*Data*: **real** = the paper's dataset; **generated** = an offline stand-in generator (orderings, not",
            "absolute numbers, are comparable); **scaled** = the real data with a smaller budget (fewer rounds or",
            "clients) than the paper; **substitute** = another real dataset in place of the paper's (offline);",
@@ -322,8 +541,24 @@ def reproduction_markdown(conf: Path) -> str:
     for paper in sorted(papers):
         out += [f"## {paper}", ""]
         rows = []
-        for _, item, name, t in sorted(papers[paper], key=lambda e: e[1]):
-            cmd = f"`{t['command']}`" if t.get("command") else f"`fgx repro {name}`"
-            rows.append([item, t.get("data", "?"), t.get("status", "?"), t.get("measured", "").replace("|", "/"), cmd])
-        out += [to_markdown(["item", "data", "status", "last measured", "command"], rows), ""]
+        for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
+            rows.append([item, t.get("data", "?"), f"**{res.status}**", res.verdict if res.record else "-",
+                         f"`fgx repro {name}`"])
+        out += [to_markdown(["item", "data", "status", "checks", "command"], rows), ""]
+        for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
+            if res.record is None:
+                continue
+            out += [f"### {item} — `{name}`", "", _provenance_line(res.record), "", markdown(res, heading=False), ""]
     return "\n".join(out)
+
+
+def _provenance_line(record: dict) -> str:
+    runs = record.get("runs") or [record]
+    commits = sorted({r.get("commit") or "?" for r in runs})
+    dates = sorted(r.get("date", "?")[:10] for r in runs)
+    machines = sorted({f"{(r.get('machine') or {}).get('cpu', '?')}, {(r.get('machine') or {}).get('cores', '?')} cores"
+                       for r in runs})
+    dirty = " (uncommitted changes)" if any(r.get("dirty") for r in runs) else ""
+    span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} … {dates[-1]}"
+    return (f"Record `results/{record['table']}.json`: {len(runs)} run(s), {span}, commit {', '.join(commits)}{dirty}; "
+            f"{'; '.join(machines)}.")

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any
 
 IGNORED_OVERRIDES = {"seed", "data_dir", "resume", "hydra.run.dir", "hydra.sweep.dir", "output.progress",
-                     "output.checkpoint"}
+                     "output.checkpoint", "output.save_predictions", "dataset.download", "logger",
+                     "experiment_name"}
 
 
 class ReportError(ValueError):

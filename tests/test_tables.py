@@ -1,0 +1,266 @@
+"""Tables people can believe: one multirun per table writing a committed record, statuses computed
+from records (never typed), equal tuning budgets (`fgx tune`), and the FedGSP presets with their
+same-backbone controls."""
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from fgx.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+
+TINY_TABLE = """# @package _global_
+defaults:
+  - _self_
+  - /method: local_gcn
+  - optional /tuned@_global_: ${experiment}/${method}
+  - override /dataset: csbm
+  - override /partitioner: random
+dataset: {num_nodes: 240, num_features: 12}
+partitioner: {num_clients: 3}
+rounds: 3
+eval_every: 1
+output: {checkpoint: false, progress: "off"}
+table:
+  gnn: {hidden: 16, lr: 0.01, weight_decay: 5.0e-4}
+  tune:
+    seeds: [0]
+    select: best
+    grid:
+      default:
+        algorithm.lr: {times: [1.0, 5.0]}
+hydra:
+  sweeper:
+    params:
+      method: local_gcn,fedavg_gcn
+      seed: 0,1
+"""
+
+TINY_TARGETS = """paper: Test
+item: Tiny table
+data: generated
+metric: best_accuracy
+by: [method]
+floor: 0.0
+ordering:
+  - {key: method, order: [fedavg_gcn, local_gcn]}
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    """A copy of conf/ with a tiny two-method table; records go to tmp_path/results."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "experiment" / "tiny.yaml").write_text(TINY_TABLE)
+    (conf / "targets" / "tiny.yaml").write_text(TINY_TARGETS)
+    monkeypatch.setenv("FGX_CONF_DIR", str(conf))
+    monkeypatch.setenv("FGX_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def _record(root: Path, name: str = "tiny") -> dict:
+    return json.loads((root / "results" / f"{name}.json").read_text())
+
+
+def test_repro_records_the_table_and_its_cells_resolve_to_what_ran(tiny, capsys):
+    from fgx.cli import compose
+    from fgx.config import validate
+    from fgx.report.repro import cell_config, record_result
+
+    main(["repro", "tiny", "--out", str(tiny / "out")])
+    rec = _record(tiny)
+    assert sorted((e["overrides"]["method"], e["overrides"]["seed"]) for e in rec["runs"]) == \
+        [("fedavg_gcn", "0"), ("fedavg_gcn", "1"), ("local_gcn", "0"), ("local_gcn", "1")]
+    for e in rec["runs"]:
+        assert e["command"] == "fgx repro tiny" and e["machine"]["cores"] and "date" in e and "commit" in e
+        # `fgx run +experiment=tiny method=M` resolves to exactly the config the table ran
+        assert cell_config("tiny", {"method": e["overrides"]["method"]})[1] == e["config_sha"]
+        assert rec["configs"][e["config_sha"]]["algorithm"]["name"] == e["overrides"]["method"].split("_")[0]
+    v = validate(compose(["+experiment=tiny", "method=fedavg_gcn"]))
+    assert (v.names["algorithm"], v.names["model"], v.params["model"].hidden) == ("fedavg", "gcn", 16)
+    res = record_result(tiny / "conf", "tiny")
+    assert res.status == ("reproduced" if all(c.ok for c in res.checks) else "not reproduced")
+    assert len([c for c in res.checks if "majority-class" in c.what]) == 2   # the floor, per method
+
+
+def test_a_status_cannot_read_reproduced_when_a_check_fails(tiny):
+    from fgx.report.repro import record_result, reproduction_markdown
+
+    main(["repro", "tiny", "--out", str(tiny / "out")])
+    rec = _record(tiny)
+
+    def set_acc(method: str, value: float) -> None:
+        for e in rec["runs"]:
+            if e["overrides"]["method"] == method:
+                e["summary"]["best"]["test"]["accuracy"] = value
+        (tiny / "results" / "tiny.json").write_text(json.dumps(rec))
+
+    set_acc("fedavg_gcn", 0.9)
+    set_acc("local_gcn", 0.5)
+    assert record_result(tiny / "conf", "tiny").status == "reproduced"
+    set_acc("fedavg_gcn", 0.4)          # the ordering fedavg_gcn >= local_gcn no longer holds
+    res = record_result(tiny / "conf", "tiny")
+    assert res.status == "not reproduced" and [c.ok for c in res.checks].count(False) == 1
+    doc = reproduction_markdown(tiny / "conf")
+    assert "**not reproduced**" in doc and "fedavg_gcn 0.4000 , local_gcn 0.5000" in doc and "✗ not reproduced" in doc
+
+
+def test_a_record_goes_stale_when_the_preset_changes(tiny):
+    from fgx.report.repro import record_result
+
+    main(["repro", "tiny", "--out", str(tiny / "out")])
+    assert record_result(tiny / "conf", "tiny").stale == []
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(f.read_text().replace("gnn: {hidden: 16", "gnn: {hidden: 32"))
+    res = record_result(tiny / "conf", "tiny")
+    assert res.status == "stale" and sorted(res.stale) == ["method=fedavg_gcn", "method=local_gcn"]
+
+
+def test_runs_changed_by_extra_overrides_are_not_recorded(tiny, capsys):
+    assert main(["repro", "tiny", "rounds=2", "seed=0", "--out", str(tiny / "out")]) == 1
+    assert not (tiny / "results" / "tiny.json").exists()
+    assert "not recorded" in capsys.readouterr().out
+
+
+def test_targets_may_not_type_a_status(tiny):
+    from fgx.report.repro import load_targets
+    from fgx.report.runs import ReportError
+
+    f = tiny / "conf" / "targets" / "tiny.yaml"
+    for typed in ("status: reproduced", 'measured: "0.9 > 0.8"'):
+        f.write_text(TINY_TARGETS + typed + "\n")
+        with pytest.raises(ReportError, match="computed from the record"):
+            load_targets(tiny / "conf", "tiny")
+
+
+def test_no_committed_targets_file_types_a_status_or_a_measurement():
+    import re
+    for tf in (REPO / "conf" / "targets").glob("*.yaml"):
+        assert not re.search(r"^\s*(status|measured)\s*:", tf.read_text(), re.M), tf.name
+
+
+def test_committed_records_match_their_presets(monkeypatch):
+    """Every committed record was made by the presets as they are now: `fgx run +experiment=T method=M`
+    resolves to the config each recorded run had (a changed default makes the record stale: rerun it)."""
+    from fgx.report.repro import record_result, table_names
+
+    monkeypatch.delenv("FGX_RESULTS_DIR")
+    conf = REPO / "conf"
+    for name in table_names(conf):
+        res = record_result(conf, name)
+        assert not res.stale, f"results/{name}.json is stale ({res.stale}): fgx repro {name}"
+
+
+def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, capsys):
+    from fgx.cli import compose
+
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    unequal = TINY_TABLE.replace("      default:\n", "      fedavg_gcn:\n        algorithm.lr: [0.001, 0.01, 0.1]\n"
+                                                     "      default:\n")
+    f.write_text(unequal)
+    assert main(["tune", "tiny"]) == 2
+    assert "unequal tuning budgets" in capsys.readouterr().err
+    f.write_text(TINY_TABLE)
+    assert main(["tune", "tiny", "rounds=5"]) == 2            # the table as its preset defines it, nothing else
+    assert main(["tune", "tiny", "--out", str(tiny / "tune")]) == 0
+    rec = json.loads((tiny / "results" / "tiny.tune.json").read_text())
+    for m in ("local_gcn", "fedavg_gcn"):
+        trials = rec["methods"][m]["trials"]
+        assert [t["values"]["algorithm.lr"] for t in trials] == [0.01, 0.05]      # 0.01 x {1, 5}
+        best = max(trials, key=lambda t: t["val"])
+        assert rec["methods"][m]["chosen"] == best["values"]
+        text = (tiny / "conf" / "tuned" / "tiny" / f"{m}.yaml").read_text()
+        assert "fgx tune tiny" in text and "2 points" in text
+        assert compose(["+experiment=tiny", f"method={m}"]).algorithm.lr == best["values"]["algorithm.lr"]
+    # a second tuning starts from the method's own value, not from the last choice
+    plan = json.loads(json.dumps(__import__("fgx.tune", fromlist=["tune"]).tune(
+        tiny / "conf", "tiny", dry_run=True)))
+    assert plan["methods"]["local_gcn"]["grid"]["algorithm.lr"] == [0.01, 0.05]
+
+
+def test_every_fedgsp_configuration_row_has_a_table_with_same_backbone_controls():
+    from fgx.cli import compose
+    from fgx.config import validate
+    from fgx.report.repro import load_targets, table_names
+
+    conf = REPO / "conf"
+    rows = [n for n in table_names(conf) if n.startswith("fedgsp_")]
+    datasets = ["cora", "citeseer", "pubmed", "computers", "photo", "arxiv", "roman_empire", "amazon_ratings",
+                "minesweeper", "tolokers", "questions"]
+    assert {f"fedgsp_{d}_{mode}_{m}" for d in datasets for mode, ms in (("disj", (5, 10, 20)), ("ovl", (10, 30, 50)))
+            for m in ms} <= set(rows)
+    for name in rows:
+        t = load_targets(conf, name)
+        orders = [o["order"] for o in t["ordering"]]
+        assert ["fedgsp", "fedgsp_uniform"] in orders and ["fedgsp", "fedavg_unifilter"] in orders
+    # one row in full: every method validates, UniFilter methods share the authors' row values
+    v = {m: validate(compose(["+experiment=fedgsp_cora_disj_10", f"method={m}"]))
+         for m in ("fedgsp", "fedgsp_uniform", "fedavg_unifilter", "local_unifilter", "fedper_unifilter",
+                   "fedavg_gcn", "local_gcn", "fedper_gcn")}
+    for m in ("fedgsp", "fedavg_unifilter", "fedper_unifilter"):
+        p = v[m].params
+        assert (p["model"].K, p["model"].hidden, p["model"].lr_comb, p["algorithm"].lr) == (7, 512, 0.01, 0.15)
+    assert v["fedgsp"].params["algorithm"].gamma == 1.6 and v["fedgsp_uniform"].params["algorithm"].graph == "uniform"
+    assert v["fedavg_gcn"].names["model"] == "gcn" and v["fedavg_gcn"].params["model"].hidden == 128
+    assert {x.params["algorithm"].local_steps for x in v.values()} == {1}
+    # FedProx is a row of its own only where it can differ from FedAvg (more than one local step)
+    from omegaconf import OmegaConf
+    sweep = lambda f: str(OmegaConf.select(OmegaConf.load(conf / f), "hydra.sweeper.params.method"))
+    assert "fedprox" not in sweep("protocol/fedgsp.yaml")
+    assert "fedprox_gcn" in sweep("experiment/fedgsp_photo_disj_10.yaml")
+    assert compose(["+experiment=fedgsp_photo_disj_10", "method=fedprox_gcn"]).algorithm.local_steps == 2
+
+
+def test_fedgsp_table_on_minesweeper_is_one_multirun(data_root, tmp_path, capsys):
+    rc = main(["repro", "fedgsp_minesweeper_disj_10", f"data_dir={data_root}", "rounds=2", "seed=0",
+               "--no-record", "--out", str(tmp_path / "t")])
+    out = capsys.readouterr().out
+    for m in ("fedgsp", "fedgsp_uniform", "local_unifilter", "fedavg_unifilter", "fedper_unifilter",
+              "local_gcn", "fedavg_gcn", "fedper_gcn"):
+        assert f"| {m} |" in out
+    assert rc in (0, 1)
+    assert len(list((tmp_path / "t").glob("*_s0/summary.json"))) == 8
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("table", ["fedgsp_cora_disj_5", "fedgsp_cora_disj_10", "fedgsp_cora_disj_20",
+                                   "fedgsp_cora_ovl_10", "fedgsp_cora_ovl_30", "fedgsp_cora_ovl_50",
+                                   "fedgsp_minesweeper_disj_5", "fedgsp_minesweeper_disj_20",
+                                   "fedgsp_minesweeper_ovl_10", "fedgsp_minesweeper_ovl_30",
+                                   "fedgsp_minesweeper_ovl_50", "fedgsp_hetero_homophily_disj_10"])
+def test_every_offline_fedgsp_table_runs_for_two_rounds(table, data_root, tmp_path):
+    main(["repro", table, f"data_dir={data_root}", "rounds=2", "seed=0", "--no-record", "--out", str(tmp_path / "t")])
+    summaries = [json.loads(p.read_text()) for p in (tmp_path / "t").glob("*/summary.json")]
+    assert len(summaries) == 8 and all(s["status"] == "completed" for s in summaries)
+
+
+def _fake_tolokers(root: Path, n: int = 300, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, 2, n)
+    x = rng.normal(size=(n, 10)).astype(np.float32) + y[:, None].astype(np.float32)
+    src = rng.integers(0, n, 4 * n)
+    dst = rng.integers(0, n, 4 * n)
+    keep = src != dst
+    masks = rng.random((10, n))
+    raw = root / "tolokers" / "raw"
+    raw.mkdir(parents=True)
+    np.savez(raw / "tolokers.npz", node_features=x, node_labels=y,
+             edges=np.stack([src[keep], dst[keep]], 1), train_masks=masks < 0.5,
+             val_masks=(masks >= 0.5) & (masks < 0.75), test_masks=masks >= 0.75)
+
+
+def test_fedgsp_table_runs_on_a_dataset_outside_the_shared_data(tmp_path, capsys):
+    """fgx repro fedgsp_tolokers_disj_10 data_dir=<root with tolokers/raw/tolokers.npz>: here a small
+    file in Tolokers' format stands in for the real one, which users download."""
+    _fake_tolokers(tmp_path / "data")
+    main(["repro", "fedgsp_tolokers_disj_10", f"data_dir={tmp_path / 'data'}", "rounds=2", "seed=0",
+          "method=fedgsp,fedavg_unifilter,fedavg_gcn", "--no-record", "--out", str(tmp_path / "t")])
+    out = capsys.readouterr().out
+    assert "| fedgsp |" in out and "| fedavg_gcn |" in out and "roc_auc" in out

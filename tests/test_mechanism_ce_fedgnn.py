@@ -121,7 +121,7 @@ def test_metric_dp_accounts_the_largest_per_node_release_count(recorded, run_fgx
 
 
 def test_metric_dp_clips_w_and_g_and_noises_their_averages(recorded, run_fgx):
-    clip_w, clip_g, s1, s2 = 0.02, 0.002, 0.01, 0.001
+    clip_w, clip_g, s1, s2 = 0.004, 0.002, 0.01, 0.001
     run_fgx(*CE, "model.hidden=32", "rounds=4", "algorithm.local_steps=2", "algorithm.batch_size=null",
             "algorithm.fanouts=null",
             "privacy=metric_dp", "privacy.k=5", f"privacy.clip_model={clip_w}",

@@ -28,6 +28,10 @@ def preset_of(name: str) -> str:
     return same[0] if same else next(f.stem for f in files if conf_component_name(f) == name)
 
 
+# adafgl's first half of the rounds is its FedAvg extractor: one round would send no update at all
+ROUNDS = {"adafgl": 2}
+
+
 def job(algo: str, mech: str, *extra: str) -> list[str]:
     task = (ALGORITHMS.get(algo).meta.get("tasks") or ("node",))[0]
     fields = {f.name for f in dataclasses.fields(ALGORITHMS.get(algo).params or object)} \
@@ -35,8 +39,12 @@ def job(algo: str, mech: str, *extra: str) -> list[str]:
     # what the mechanism itself needs: dp_fedavg calibrates its noise for uniformly weighted updates
     mech_cfg = {"dp_fedavg": ["algorithm.weighting=uniform"] if "weighting" in fields else [],
                 "metric_dp": ["privacy.k=5"]}.get(mech, [])
-    return [*TASK_CFG[task], f"algorithm={preset_of(algo)}", *ALGO_CFG.get(algo, []), f"privacy={mech}",
-            *mech_cfg, "rounds=1", "eval_every=1", "output.checkpoint=false", *extra]
+    mech_fields = {f.name for f in dataclasses.fields(PRIVACY.get(mech).params)}
+    # an algorithm's privacy.* settings (e.g. mf_dsgd's correlation) apply to the mechanisms that have the key
+    algo_cfg = [o for o in ALGO_CFG.get(algo, [])
+                if not o.startswith("privacy.") or o.split("=")[0].split(".")[1] in mech_fields]
+    return [*TASK_CFG[task], f"algorithm={preset_of(algo)}", *algo_cfg, f"privacy={mech}",
+            *mech_cfg, f"rounds={ROUNDS.get(algo, 1)}", "eval_every=1", "output.checkpoint=false", *extra]
 
 
 def outcome(overrides: list[str]):

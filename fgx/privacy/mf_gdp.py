@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from fgx.config import ConfigError, spec
-from fgx.privacy.base import PrivacyMechanism
+from fgx.privacy.base import PrivacyMechanism, PrivacyParams
 from fgx.privacy.mf.correlations import CORRELATIONS
 from fgx.privacy.mf.sensitivity import BOUNDS
 from fgx.privacy.mf.trust import TRUST_MODELS
@@ -30,7 +30,7 @@ from fgx.registry import PRIVACY
 
 
 @dataclass
-class MFGDPParams:
+class MFGDPParams(PrivacyParams):
     correlation: str = field(default="auto", metadata=spec(
         choices=["auto", *CORRELATIONS], help="auto: the algorithm's own (dp_dsgd identity, mafalda_sgd mafalda, ...)"))
     mu: float = field(default=1.0, metadata=spec(gt=0.0, help="μ-GDP of the whole run under LDP; calibrates the noise"))
@@ -84,7 +84,9 @@ def resolve_correlation(params: MFGDPParams, algorithm: str, own: str | None) ->
 @PRIVACY.register("mf_gdp", params=MFGDPParams)
 class MFGDP(PrivacyMechanism):
     name = "mf_gdp"
-    covers = ("model", "model_averaged")      # the gossip algorithms' message kinds it accounts
+    @classmethod
+    def covers(cls, params) -> set[str]:
+        return {"model", "model_averaged"}    # the gossip algorithms' message kinds it accounts
 
     @classmethod
     def check_config(cls, params: MFGDPParams, validated) -> None:

@@ -109,7 +109,7 @@ def test_eq9_uploaded_estimator_is_the_moving_average_of_gradients(recorded, run
 
 def test_metric_dp_accounts_the_largest_per_node_release_count(recorded, run_fgx):
     d = run_fgx(*CE, "rounds=3", "algorithm.local_steps=2", "algorithm.batch_size=16", "algorithm.fanouts=null",
-                "privacy=metric_dp",
+                "privacy=metric_dp_paper",
                 "privacy.k=5")
     counts = Counter()
     for _, _, p in (m for ms in by_round(recorded, "embeddings").values() for m in ms):
@@ -124,7 +124,7 @@ def test_metric_dp_clips_w_and_g_and_noises_their_averages(recorded, run_fgx):
     clip_w, clip_g, s1, s2 = 0.004, 0.002, 0.01, 0.001
     run_fgx(*CE, "model.hidden=32", "rounds=4", "algorithm.local_steps=2", "algorithm.batch_size=null",
             "algorithm.fanouts=null",
-            "privacy=metric_dp", "privacy.k=5", f"privacy.clip_model={clip_w}",
+            "privacy=metric_dp_paper", "privacy.k=5", f"privacy.clip_model={clip_w}",
             f"privacy.clip_grad_estimator={clip_g}", f"privacy.sigma1={s1}", f"privacy.sigma2={s2}")
     ups, gs = by_round(recorded, "update"), by_round(recorded, "grad_estimator")
     for kind, msgs, clip in (("update", ups, clip_w), ("grad_estimator", gs, clip_g)):

@@ -27,25 +27,70 @@ def conf_dir() -> Path:
     raise SystemExit("fgx: cannot find the conf/ directory (set FGX_CONF_DIR or install fgx with `pip install -e .`)")
 
 
+# Hydra plugins the docs name, and the pyproject extra that installs each
+HYDRA_PLUGINS = {"hydra/launcher": {"joblib": "joblib", "ray": "ray-launcher", "submitit_local": "submitit",
+                                    "submitit_slurm": "submitit"},
+                 "hydra/sweeper": {"optuna": "optuna"}}
+
+
+def missing_hydra_plugin(overrides: list[str]) -> str | None:
+    """A message naming the extra to install when an override selects a Hydra launcher or sweeper
+    that is not installed here (Hydra itself would print its config search path)."""
+    from hydra.core.plugins import Plugins
+
+    for o in overrides:
+        key, _, value = o.lstrip("+~").partition("=")
+        if key not in HYDRA_PLUGINS or not value:
+            continue
+        from hydra.plugins.launcher import Launcher
+        from hydra.plugins.sweeper import Sweeper
+
+        kind = Launcher if key == "hydra/launcher" else Sweeper
+        have = {p.__module__.split(".")[1] for p in Plugins.instance().discover(kind)}
+        package = {"joblib": "hydra_joblib_launcher", "ray": "hydra_ray_launcher", "submitit_local":
+                   "hydra_submitit_launcher", "submitit_slurm": "hydra_submitit_launcher",
+                   "optuna": "hydra_optuna_sweeper"}.get(value)
+        if value in ("basic",) or package in have:
+            continue
+        extra = HYDRA_PLUGINS[key].get(value)
+        how = f"pip install -e '.[{extra}]'" if extra else "install the Hydra plugin that provides it"
+        return f"{key}={value} is not installed here ({how}; docs/scaling.md)"
+    return None
+
+
 def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
-    """Every job's override list (one for a single run; the sweep's combinations for -m)."""
+    """Every job's override list (one for a single run; the sweep's combinations for -m, including
+    the values a preset sweeps in its own `hydra.sweeper.params`, as Hydra's basic sweeper does)."""
     mine = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
     if not multirun:
         return [mine]
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(mine)
+    parser = OverridesParser.create()
+    preset = []
+    # only a preset (conf/experiment/*.yaml, package _global_) can bring its own hydra.sweeper.params
+    if any(o.lstrip("+~").startswith("experiment") for o in overrides):
+        fixed = [o.input_line for o in parser.parse_overrides(overrides) if not o.is_sweep_override()]
+        hydra_cfg = compose(fixed, hydra=True).hydra
+        if hydra_cfg.sweeper.get("_target_", "").endswith("BasicSweeper"):
+            preset = [f"{k}={v}" for k, v in (hydra_cfg.sweeper.get("params") or {}).items()]
+    parsed = parser.parse_overrides(preset + mine)
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
-def compose(overrides: list[str]):
+def compose(overrides: list[str], hydra: bool = False):
+    """The config a command line resolves to (``hydra=True``: with the `hydra` node, so `hydra...`
+    overrides apply; otherwise they are left out)."""
     from hydra import compose as hydra_compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
 
     GlobalHydra.instance().clear()
     with initialize_config_dir(config_dir=str(conf_dir()), version_base="1.3"):
-        return hydra_compose(config_name="config", overrides=overrides)
+        if hydra:
+            return hydra_compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        return hydra_compose(config_name="config",
+                             overrides=[o for o in overrides if not o.lstrip("+~").startswith("hydra")])
 
 
 def prevalidate(overrides: list[str], multirun: bool) -> None:
@@ -54,10 +99,17 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
 
     from fgx.config import validate
 
+    missing = missing_hydra_plugin(overrides)
+    if missing:
+        raise SystemExit(f"fgx: {missing}")
     try:
         jobs = _job_overrides(overrides, multirun)
+    except MissingConfigException as e:
+        raise SystemExit(f"fgx: config error: {e}".rstrip()) from None
     except HydraException:
-        return  # a sweeper-specific syntax (e.g. optuna's interval()): validated when each job starts
+        # a sweeper-specific syntax (e.g. optuna's interval()): the config without it is checked here,
+        # each trial's values when it starts
+        jobs = [[o for o in overrides if not o.lstrip("+~").startswith("hydra") and "(" not in o]]
     for job in jobs:
         try:
             cfg = compose(job)
@@ -97,10 +149,27 @@ def cmd_run(argv: list[str]) -> int:
                    "--shell-completion", "-sc"}
     multirun = "-m" in argv or "--multirun" in argv
     FAILED_JOBS.clear()
+    overrides = _overrides_of(argv)
+    shows = {"--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}.intersection(argv)
+    if multirun and shows:
+        raise SystemExit(_multirun_show_message(sorted(shows)[0], overrides))
     if not passthrough.intersection(argv):
-        overrides = [a for a in argv if not a.startswith("-")]
         prevalidate(overrides, multirun)
         check_output_location(overrides, multirun)
+    elif {"--cfg", "-c"}.intersection(argv):
+        # print the config as Hydra does, then say whether `fgx run` would accept it
+        try:
+            compose(overrides)
+        except Exception as e:  # noqa: BLE001 - Hydra/OmegaConf composition errors
+            raise SystemExit(f"fgx: config error: {str(e).strip()}") from None
+        sys.argv = ["fgx run"] + argv
+        hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(lambda cfg: None)()
+        try:
+            prevalidate(overrides, multirun=False)
+        except SystemExit as e:
+            print(f"{e.code}\n(the config above would be refused by `fgx run`)", file=sys.stderr)
+            return 2
+        return 0
 
     from fgx import trainer
 
@@ -109,9 +178,14 @@ def cmd_run(argv: list[str]) -> int:
     os.close(fd)
     os.environ["FGX_FAILED_JOBS_FILE"] = failed_file
 
+    early: list[str] = []
+
     def job(cfg):
         hc = HydraConfig.get()
         summary = trainer.run(cfg, hc.runtime.output_dir, multirun=multirun)
+        if summary.get("run_dir_removed"):
+            early.append(summary.get("error", ""))
+            return None
         if summary.get("status") != "completed":
             FAILED_JOBS.append(hc.runtime.output_dir)
             with open(os.environ.get("FGX_FAILED_JOBS_FILE", failed_file), "a") as f:
@@ -127,6 +201,11 @@ def cmd_run(argv: list[str]) -> int:
         noted = Path(failed_file).read_text().splitlines() if Path(failed_file).exists() else []
         FAILED_JOBS.extend(d for d in noted if d not in FAILED_JOBS)
         Path(failed_file).unlink(missing_ok=True)
+    if early:
+        kind, _, msg = early[0].partition(": ")
+        msg = msg if kind == "ConfigError" else f"data error: {msg}" if kind == "DataError" else early[0]
+        print(f"fgx: {msg}\n(stopped before the first round; no run directory was kept)", file=sys.stderr)
+        return 2
     if FAILED_JOBS:
         print(f"fgx: {len(FAILED_JOBS)} job(s) failed; see summary.json in: " + ", ".join(FAILED_JOBS),
               file=sys.stderr)
@@ -134,13 +213,50 @@ def cmd_run(argv: list[str]) -> int:
     return 0
 
 
+# options of `fgx run` (Hydra's) that take a value
+_VALUE_OPTIONS = {"--cfg", "-c", "--package", "-p", "--config-path", "-cp", "--config-name", "-cn",
+                  "--config-dir", "-cd", "--experimental-rerun", "--shell-completion", "-sc", "--info", "-i"}
+
+
+def _overrides_of(argv: list[str]) -> list[str]:
+    """The Hydra overrides of an `fgx run` command line (its options and their values left out)."""
+    out, skip = [], False
+    for i, a in enumerate(argv):
+        if skip:
+            skip = False
+            continue
+        if a.startswith("-"):
+            # --info and --shell-completion take an optional value: only a word that is not an override
+            skip = a in _VALUE_OPTIONS and "=" not in a and i + 1 < len(argv) and (
+                a not in ("--info", "-i", "--shell-completion", "-sc") or "=" not in argv[i + 1])
+            continue
+        out.append(a)
+    return out
+
+
+def _multirun_show_message(option: str, overrides: list[str]) -> str:
+    first = ""
+    try:
+        jobs = _job_overrides(overrides, multirun=True)
+        show = "--cfg job" if option in ("--cfg", "-c") else option
+        first = f"; the sweep's first job (of {len(jobs)}): fgx run {show} {' '.join(jobs[0])}"
+    except Exception:  # noqa: BLE001 - only a hint; the message stands without it
+        pass
+    return (f"fgx: {option} shows one job and cannot be combined with -m/--multirun (Hydra runs one or the other). "
+            f"Drop -m and give one value per swept key{first}")
+
+
 def _print_summary(summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
     console = Console(width=None if sys.stdout.isatty() else 100)
-    t = Table(title=f"fgx: {summary['components']['algorithm']} on {summary['data']['name']} "
-                    f"({summary['data']['source']} data), test split, mean over clients")
+    algo = summary["components"]["algorithm"]
+    preset = (summary.get("presets") or {}).get("algorithm")
+    unl = summary.get("unlearning") or {}
+    t = Table(title=f"fgx: {preset + f' ({algo})' if preset else algo} on {summary['data']['name']} "
+                    f"({summary['data']['source']} data), test split, mean over clients"
+                    + (", before unlearning" if unl else ""))
     t.add_column("metric")
     t.add_column("final", justify="right")
     t.add_column("global", justify="right")
@@ -149,6 +265,10 @@ def _print_summary(summary: dict) -> None:
         mark = " *" if k == summary["main_metric"] else ""
         t.add_row(k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}")
     console.print(t)
+    if "final_test_accuracy" in unl:
+        console.print(f"unlearning ({unl.get('method')}): {unl.get('requests')} {unl.get('type')} request(s); "
+                      f"test accuracy {unl['initial_test_accuracy']:.4f} before, {unl['final_test_accuracy']:.4f} "
+                      f"after (unlearning.json)")
     priv = summary.get("privacy") or {}
     if priv.get("mechanism") not in (None, "none"):
         console.print("privacy: " + ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"

@@ -3,6 +3,7 @@ dataclass before any work starts; errors name the full key and the allowed value
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 import typing
 from dataclasses import dataclass, field
@@ -77,19 +78,23 @@ def _check_scalar(key: str, f: dataclasses.Field, v: Any) -> None:
 def build_params(schema: type, node: DictConfig | dict | None, prefix: str, skip=("name",)):
     """Build ``schema`` (a dataclass) from a config node: unknown keys, wrong types and values
     outside the field metadata raise :class:`ConfigError` naming ``prefix.key``."""
-    node = OmegaConf.create({}) if node is None else node
-    if not isinstance(node, DictConfig):
-        node = OmegaConf.create(node)
-    fields = {f.name: f for f in dataclasses.fields(schema)}
-    hints = typing.get_type_hints(schema)
+    if node is None:
+        node = {}
+    elif isinstance(node, DictConfig):
+        try:
+            node = OmegaConf.to_container(node, resolve=True)
+        except OmegaConfBaseException as e:
+            raise ConfigError(f"{prefix}.{getattr(e, 'key', None) or '?'}", "?", f"a resolvable value ({e})") from None
+    elif not isinstance(node, dict):
+        raise ConfigError(prefix or "config", node, f"a mapping of keys to values for {schema.__name__}")
+    fields, hints = _schema(schema)
     kwargs = {}
     for key in node.keys():
         if key in skip:
             continue
         full = f"{prefix}.{key}" if prefix else str(key)
         if key not in fields:
-            raise ConfigError(full, OmegaConf.select(node, str(key)),
-                              f"keys of {prefix or 'the top level'}: {sorted(fields)}")
+            raise ConfigError(full, node[key], f"keys of {prefix or 'the top level'}: {sorted(fields)}")
         f = fields[key]
         tp = hints[key]
         raw = node[key]
@@ -97,9 +102,11 @@ def build_params(schema: type, node: DictConfig | dict | None, prefix: str, skip
             kwargs[key] = build_params(tp, raw, full, skip=())
             continue
         try:
-            typed = OmegaConf.structured(_Box.make(tp))
-            typed.v = raw
-            value = OmegaConf.to_container(typed, resolve=True)["v"]
+            value = _plain_value(tp, raw)
+            if value is _SLOW:
+                typed = _Box.node(tp)
+                typed.v = raw
+                value = OmegaConf.to_container(typed, resolve=True)["v"]
         except OmegaConfBaseException as e:
             msg = str(e).splitlines()[0]
             raise ConfigError(full, raw if not isinstance(raw, (DictConfig, ListConfig))
@@ -113,8 +120,39 @@ def build_params(schema: type, node: DictConfig | dict | None, prefix: str, skip
     return obj
 
 
+_SLOW = object()
+_SCALARS = {int: (int,), float: (int, float), str: (str,), bool: (bool,)}
+
+
+def _plain_value(tp, raw):
+    """The value for a field of type `tp` when `raw` already is one (the common case, checked here in
+    microseconds); `_SLOW` when OmegaConf must convert or refuse it (lists, unions, strings of numbers)."""
+    args = typing.get_args(tp)
+    if args and type(None) in args and len(args) == 2:        # X | None
+        if raw is None:
+            return None
+        tp = args[0] if args[1] is type(None) else args[1]
+    ok = _SCALARS.get(tp)
+    if ok is not None and type(raw) in ok:
+        return float(raw) if tp is float else raw
+    return _SLOW
+
+
+@functools.lru_cache(maxsize=None)
+def _schema(schema: type) -> tuple[dict, dict]:
+    return {f.name: f for f in dataclasses.fields(schema)}, typing.get_type_hints(schema)
+
+
 class _Box:
     _cache: dict = {}
+    _nodes: dict = {}
+
+    @classmethod
+    def node(cls, tp):
+        """A reusable typed OmegaConf node with one field `v` of type `tp` (assigning checks the type)."""
+        if tp not in cls._nodes:
+            cls._nodes[tp] = OmegaConf.structured(cls.make(tp))
+        return cls._nodes[tp]
 
     @classmethod
     def make(cls, tp):
@@ -184,6 +222,12 @@ class TopParams:
     def validate(self, prefix: str) -> None:
         from fgx.loggers import missing_package
 
+        if self.device == "cuda":
+            import torch
+
+            if not torch.cuda.is_available():
+                raise ConfigError("device", "cuda", "'cpu' or 'auto' (no CUDA device is available here)")
+
         hint = missing_package(self.logger)
         if hint:
             raise ConfigError("logger", self.logger, f"an installed logger (the {self.logger} package is "
@@ -199,6 +243,16 @@ class Validated:
     params: dict[str, Any]      # group -> params dataclass
     names: dict[str, str]       # group -> component name
     entries: dict[str, Any]     # group -> registry Entry
+
+    @property
+    def features_public(self) -> bool:
+        """What the dataset declares before it is loaded: its `features_public` key, else its
+        registration's `features_public=` (AML: constant node features), else private. The loaded
+        DatasetInfo must say the same (the trainer checks)."""
+        declared = getattr(self.params["dataset"], "features_public", None)
+        if declared is None:
+            declared = self.entries["dataset"].meta.get("features_public", False)
+        return bool(declared)
 
 
 def validate(cfg: DictConfig) -> Validated:
@@ -249,6 +303,16 @@ def _check_tasks(names: dict, entries: dict) -> None:
             raise ConfigError(f"{group}.name", names[group],
                               f"a {group} that supports the {task!r} task of dataset "
                               f"'{names['dataset']}' ({group} '{names[group]}' supports {list(tasks)})")
+    # a partitioner that reads a node attribute only some datasets have (by_community: data.community)
+    needs = set(entries["partitioner"].meta.get("needs", ()))
+    missing = needs - set(entries["dataset"].meta.get("provides", ()))
+    if missing:
+        from fgx.registry import DATASETS
+
+        have = [n for n in DATASETS.names() if needs <= set(DATASETS.get(n).meta.get("provides", ()))]
+        raise ConfigError("partitioner.name", names["partitioner"],
+                          f"a partitioner for dataset '{names['dataset']}': '{names['partitioner']}' needs node "
+                          f"attribute(s) {sorted(missing)}, which only datasets {have} provide")
 
 
 # Keys that say where and how a run is kept, not what it computes: left out of the fingerprint that

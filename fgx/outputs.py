@@ -35,11 +35,33 @@ def _clean(obj: Any) -> Any:
     return obj
 
 
+def _umask() -> int:
+    """The process umask, read without changing it where /proc says it (os.umask can only be read by
+    setting it, which briefly affects files other threads create)."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode a plain `open(path, "w")` gives a new file: 0666 less the umask. Temporary files
+    (tempfile.mkstemp) are 0600; a file fgx renames into place gets this mode first."""
+    return 0o666 & ~_umask()
+
+
 def atomic_write_bytes(path: Path, data: bytes) -> None:
     path = Path(path)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.fchmod(fd, file_mode())
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)

@@ -19,8 +19,8 @@ import numpy as np
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from fgx.config import Validated, config_fingerprint, default_data_dir, validate
-from fgx.data.base import DataEnv
+from fgx.config import ConfigError, Validated, config_fingerprint, default_data_dir, validate
+from fgx.data.base import DataEnv, DataError
 from fgx.data.checks import check_clients, check_graph
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
@@ -158,6 +158,7 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
     """Run one job into ``run_dir``. Returns the summary; on failure summary.json says so (status
     failed, the error and its traceback) and the caller decides the exit code."""
     rd = RunDir(run_dir)
+    fresh = _is_fresh(rd.path)
     handler = setup_logging(rd.path)
     t_start = time.time()
     summary: dict[str, Any] = {"status": "running", "run_dir": str(rd.path)}
@@ -182,6 +183,13 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
             rd.write_json("summary.json", summary)
         except Exception:  # noqa: BLE001 - the original error matters more
             pass
+        if isinstance(e, (ConfigError, DataError)) and fresh and not multirun:
+            # a problem with the input, found once the data were loaded: no run happened, so no run
+            # directory is left behind (in a sweep the failed job stays, marked failed, for the report)
+            log.removeHandler(handler)
+            handler.close()
+            summary["run_dir_removed"] = _remove_fresh_run_dir(rd.path)
+            return summary
         log.error("run failed: %s: %s (run directory: %s)", type(e).__name__, e, rd.path)
         if isinstance(e, KeyboardInterrupt):
             raise
@@ -189,6 +197,30 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
     finally:
         log.removeHandler(handler)
         handler.close()
+
+
+# what a run directory holds before the first round (Hydra's .hydra/ and fgx's first files)
+_EARLY_FILES = {".hydra", "fgx.log", "summary.json", "partition.json"}
+
+
+def _is_fresh(path: Path) -> bool:
+    """Made for this run: nothing in it but Hydra's .hydra/ (a resumed or reused directory is not)."""
+    return all(p.name == ".hydra" for p in path.iterdir())
+
+
+def _remove_fresh_run_dir(path: Path) -> bool:
+    """Remove a run directory that holds only what fgx and Hydra wrote before the first round, and its
+    date folder (outputs/<date>/) when that is left empty. Anything else in it keeps it."""
+    import shutil
+
+    names = {p.name for p in path.iterdir() if not p.name.startswith(".") or p.name == ".hydra"}
+    if not names <= _EARLY_FILES:
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    parent = path.parent
+    if parent.parent.name == "outputs" and len(parent.name) == 10 and not any(parent.iterdir()):
+        parent.rmdir()
+    return not path.exists()
 
 
 def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: float) -> dict:
@@ -201,6 +233,9 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     ds = v.entries["dataset"].obj(v.params["dataset"], env)
     check_graph(ds, v.names["dataset"])
     info = ds.info
+    if bool(info.features_public) != v.features_public:
+        raise RuntimeError(f"dataset '{v.names['dataset']}' reports features_public={info.features_public} but its "
+                           f"config declares {v.features_public}: the checks made before loading would be wrong")
     log.info("dataset %s (%s, %s task): %d nodes, %d edges", info.name, info.source, info.task,
              ds.data.num_nodes, ds.data.edge_index.size(1))
     client_nodes = v.entries["partitioner"].obj(v.params["partitioner"], ds.data, info, top.seed)
@@ -282,12 +317,13 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                     metric_logger.log(r, split, {**m["mean"], **({f"global_{k}": x for k, x in m["global"].items()}
                                                                  if m["global"] else {})})
                 last = res
-                val = res.get("val", res.get("test"))["mean"].get(main_metric)
+                sel = "val" if "val" in res else "test"      # a dataset without a validation split
+                val = res[sel]["mean"].get(main_metric)
                 if best is None or (val is not None and val == val and val > best["val"]):
                     best = {"round": r, "val": val, "test": res["test"]["mean"],
                             "per_client": res["test"]["per_client"]}
                 client_best = update_client_best(client_best, res, main_metric, r)
-                status += f"  val {main_metric} {val:.4f}" if val is not None else ""
+                status += f"  {sel} {main_metric} {val:.4f}" if val is not None else ""
                 # a checkpoint rewrites the whole state: at most once per checkpoint_every_s (and after the
                 # last round), not at every evaluation of a fast run
                 if top.output.checkpoint and (r == top.rounds or time.time() - last_ckpt >= top.output.checkpoint_every_s):
@@ -337,6 +373,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                  **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None},
                  **test_majority(ds.data, info.task)},
         "components": dict(v.names),
+        "presets": conf_choices(v.names),
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
         "seed": top.seed,
     })
@@ -386,6 +423,20 @@ def client_best_summary(client_best: list | None) -> dict | None:
     return {"test": mean_over_clients([b["test"] for b in found]),
             "val": float(sum(b["val"] for b in found) / len(found)),
             "rounds": [None if b is None else b["round"] for b in client_best]}
+
+
+def conf_choices(names: dict[str, str]) -> dict[str, str]:
+    """The conf file each group was chosen by (`algorithm=fedavg_lgcn` runs component `lpsfed`), where it
+    differs from the component's name; empty outside a Hydra job."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if not HydraConfig.initialized():
+            return {}
+        choices = {str(k).split("@")[0]: v for k, v in HydraConfig.get().runtime.choices.items()}
+    except Exception:  # noqa: BLE001 - only a label
+        return {}
+    return {g: choices[g] for g in names if choices.get(g) not in (None, names[g])}
 
 
 def config_to_yaml(cfg: DictConfig) -> str:

@@ -139,7 +139,15 @@ def _failed(run_dir: Path) -> dict:
     return s
 
 
-def test_nan_features_are_refused_naming_the_dataset(run_fgx, tiny_cfg, monkeypatch):
+def _refused(run_fgx, capsys, *args) -> str:
+    """A single run refused once its data are loaded: exit 2, the error on stderr, and no run directory."""
+    capsys.readouterr()
+    run_dir = run_fgx(*args, expect_rc=2)
+    assert not run_dir.exists(), "a refused run left a run directory"
+    return capsys.readouterr().err
+
+
+def test_nan_features_are_refused_naming_the_dataset(run_fgx, tiny_cfg, monkeypatch, capsys):
     import fgx.data.csbm as csbm
 
     real = csbm.csbm_graph
@@ -150,19 +158,18 @@ def test_nan_features_are_refused_naming_the_dataset(run_fgx, tiny_cfg, monkeypa
         return data
 
     monkeypatch.setattr(csbm, "csbm_graph", poisoned)
-    s = _failed(run_fgx(*tiny_cfg, expect_rc=1))
-    assert s["error"].startswith("DataError") and "'csbm'" in s["error"] and "node 7, column 3" in s["error"]
+    err = _refused(run_fgx, capsys, *tiny_cfg)
+    assert "fgx: data error: dataset 'csbm'" in err and "node 7, column 3" in err
 
 
-def test_a_client_without_training_nodes_is_refused(run_fgx, tiny_cfg):
-    s = _failed(run_fgx(*tiny_cfg, "dataset.train=0.01", "partitioner.num_clients=12", expect_rc=1))
-    assert s["error"].startswith("DataError") and "hold no training nodes" in s["error"]
-    assert "partitioner.num_clients" in s["error"]
+def test_a_client_without_training_nodes_is_refused(run_fgx, tiny_cfg, capsys):
+    err = _refused(run_fgx, capsys, *tiny_cfg, "dataset.train=0.01", "partitioner.num_clients=12")
+    assert "data error" in err and "hold no training nodes" in err and "partitioner.num_clients" in err
 
 
-def test_more_clients_than_nodes_is_refused(run_fgx, tiny_cfg):
-    s = _failed(run_fgx(*tiny_cfg, "partitioner.num_clients=301", expect_rc=1))
-    assert "num_clients=301" in s["error"] and "300 nodes" in s["error"]
+def test_more_clients_than_nodes_is_refused(run_fgx, tiny_cfg, capsys):
+    err = _refused(run_fgx, capsys, *tiny_cfg, "partitioner.num_clients=301")
+    assert "num_clients=301" in err and "300 nodes" in err
 
 
 def test_edges_outside_the_graph_are_refused():
@@ -180,10 +187,10 @@ def test_edges_outside_the_graph_are_refused():
         check_graph(GraphDataset(empty, DatasetInfo("g", "node", 2, "accuracy", "generated")), "g")
 
 
-def test_missing_data_file_is_refused_before_training(run_fgx, tmp_path):
-    s = _failed(run_fgx("dataset=movielens1m", f"dataset.path={tmp_path / 'nope.dat'}",
-                        "partitioner=random_users", "model=lgcn", "algorithm=lpsfed", "rounds=1", expect_rc=1))
-    assert "nope.dat" in s["error"] and "does not exist" in s["error"]
+def test_missing_data_file_is_refused_before_training(run_fgx, tmp_path, capsys):
+    err = _refused(run_fgx, capsys, "dataset=movielens1m", f"dataset.path={tmp_path / 'nope.dat'}",
+                   "partitioner=random_users", "model=lgcn", "algorithm=lpsfed", "rounds=1")
+    assert "nope.dat" in err and "does not exist" in err
 
 
 @FUZZ

@@ -127,3 +127,37 @@ def test_file_partition_refuses_bad_files(graph, tmp_path):
     torch.save(torch.zeros(data.num_nodes, dtype=torch.long), floats)
     with pytest.raises(DataError, match="names 1 clients"):
         file_partition(FileParams(path=str(floats), num_clients=3), data, info, seed=0)
+
+
+def test_louvain_gives_every_client_training_nodes_on_csbm_seeds_0_to_19():
+    """dataset=csbm brings louvain with 10 clients; before the size cap seeds 2, 6, 16, 18 and 19 left a
+    client with isolated nodes only (no training node). The cap (delta) is what prevents it."""
+    import logging
+
+    from fgx.data.base import DataEnv
+    from fgx.data.csbm import CsbmParams, load_csbm
+
+    for seed in range(20):
+        ds = load_csbm(CsbmParams(), DataEnv(None, seed, logging.getLogger()))
+        p = LouvainParams()
+        parts = louvain_partition(p, ds.data, ds.info, seed)
+        cap = ds.data.num_nodes // p.num_clients - p.delta
+        sizes = [len(x) for x in parts]
+        assert max(sizes) - min(sizes) <= cap, (seed, sizes)
+        train = [int(ds.data.train_mask[x].sum()) for x in parts]
+        assert min(train) > 0, (seed, train)
+
+
+def test_louvain_cap_cuts_large_communities_into_connected_pieces():
+    import networkx as nx
+
+    from fgx.partition.louvain import cap_communities
+
+    g = nx.path_graph(10)
+    g.add_edges_from([(20, 21)])
+    g.add_nodes_from([30])
+    pieces = cap_communities(g, [list(range(10)), [20, 21], [30]], cap=4)
+    assert pieces == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9], [20, 21], [30]]
+    shuffled = nx.relabel_nodes(nx.path_graph(8), {i: [5, 0, 7, 2, 6, 1, 4, 3][i] for i in range(8)})
+    for piece in cap_communities(shuffled, [list(range(8))], cap=3):
+        assert nx.is_connected(shuffled.subgraph(piece)), piece

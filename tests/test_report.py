@@ -164,3 +164,31 @@ def test_heatmap_and_unlearning_plots_read_what_the_methods_write(tmp_path):
     line = fig.axes[0].lines[0]
     assert list(line.get_xdata()) == [25, 50, 75, 100, 125]
     assert list(line.get_ydata()) == pytest.approx([0.799, 0.798, 0.797, 0.796, 0.795])
+
+
+def test_latex_on_stdout_is_pure_latex_and_notes_go_to_stderr(multirun, capsys):
+    root, _ = multirun
+    assert main(["report", str(root), "--format", "latex"]) == 0
+    cap = capsys.readouterr()
+    lines = cap.out.strip().splitlines()
+    assert lines[0].startswith("\\") and lines[-1].startswith("\\"), lines
+    assert "completed run(s)" not in cap.out and "not in the table" not in cap.out
+    assert "completed run(s)" in cap.err and "client 2 has no training nodes" in cap.err
+
+
+def test_by_reads_resolved_values_when_a_key_kept_its_default(tmp_path, capsys):
+    """One run set partitioner.num_clients=10 on the command line, the other kept the default 10: both
+    are grouped under 10 (not '-'); the algorithm is the conf file chosen (a preset), not the component."""
+    for i, (over, algo) in enumerate([(["partitioner.num_clients=10", "algorithm=fedavg_lgcn"], "fedavg_lgcn"),
+                                      (["algorithm=fedavg_lgcn"], "fedavg_lgcn"),
+                                      (["partitioner.num_clients=5", "algorithm=lpsfed"], "lpsfed")]):
+        d = make_run(tmp_path / str(i), over + [f"seed={i}"], completed(0.5 + i / 10, 0.4, i))
+        k = 5 if "partitioner.num_clients=5" in over else 10
+        (d / ".hydra" / "config.yaml").write_text(f"partitioner:\n  name: louvain\n  num_clients: {k}\n"
+                                                  f"algorithm:\n  name: lpsfed\n  lr: 0.1\n")
+        (d / ".hydra" / "hydra.yaml").write_text(f"hydra:\n  runtime:\n    choices:\n      algorithm: {algo}\n"
+                                                 f"      partitioner@_global_.partitioner: louvain\n")
+    assert main(["report", str(tmp_path), "--by", "algorithm,partitioner.num_clients,partitioner,algorithm.lr"]) == 0
+    out = capsys.readouterr().out
+    assert "| fedavg_lgcn | 10 | louvain | 0.1 | 2 |" in out, out
+    assert "| lpsfed | 5 | louvain | 0.1 | 1 |" in out, out

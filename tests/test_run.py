@@ -123,10 +123,18 @@ def test_sweep_with_a_bad_value_fails_before_any_job(tmp_path, monkeypatch, tiny
     assert not (tmp_path / "s").exists()
 
 
-def test_runtime_failure_marks_the_run_failed(run_fgx, tiny_cfg):
-    d = run_fgx(*tiny_cfg, "partitioner.num_clients=1000", expect_rc=1)
+def test_runtime_failure_marks_the_run_failed(run_fgx, tiny_cfg, monkeypatch):
+    """A run that breaks during training keeps its directory, marked failed, with the error and traceback
+    (an input problem found before round 1 leaves none: tests/test_early_checks.py)."""
+    from fgx.algorithms.fedavg import FedAvg
+
+    def broken(self, r):
+        raise RuntimeError("boom in round 1")
+
+    monkeypatch.setattr(FedAvg, "round", broken)
+    d = run_fgx(*tiny_cfg, expect_rc=1)
     s = json.loads((d / "summary.json").read_text())
-    assert s["status"] == "failed" and "num_clients" in s["error"]
+    assert s["status"] == "failed" and "boom in round 1" in s["error"] and "Traceback" in s["traceback"]
 
 
 def test_resume_finishes_with_the_same_metrics(run_fgx, tiny_cfg, tmp_path):

@@ -115,9 +115,8 @@ def test_no_cross_step_equals_fedavg(run_fgx, tiny_cfg):
 
 
 def test_raw_layer0_needs_public_features(run_fgx, tiny_cfg):
-    failed = run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate", "rounds=1",
-                     expect_rc=1)
-    assert "dataset.features_public" in json.loads((failed / "summary.json").read_text())["error"]
+    with pytest.raises(SystemExit, match="dataset.features_public"):      # before any work, no run directory
+        run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate", "rounds=1")
     run = run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate",
                   "dataset.features_public=true", "rounds=1")
     totals = json.loads((run / "comm.json").read_text())["totals"]

@@ -311,6 +311,10 @@ class CEFedGNN(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
+        if params.remote_layer0 == "raw" and not validated.features_public:
+            raise ConfigError("algorithm.remote_layer0", "raw", f"drop, zeros or auto: dataset "
+                              f"'{validated.names['dataset']}' does not declare its node features public "
+                              f"(dataset.features_public=true, where the dataset has that key)")
         if params.share_layers and 0 in params.share_layers:
             raise ConfigError("algorithm.share_layers", params.share_layers,
                               "layers >= 1 (sharing layer 0 sends raw node features; use remote_layer0=raw "

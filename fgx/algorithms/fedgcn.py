@@ -64,6 +64,16 @@ class FedGCN(FedAvg):
                 "boundary_embeddings": Message("up", release=True),
                 "halo_embeddings": Message("down")}
 
+    @classmethod
+    def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
+        task = validated.entries["dataset"].meta.get("task")
+        if task != "edge" and params.hops > 0 and not validated.features_public:
+            raise ConfigError("dataset.features_public", False,
+                              f"true for algorithm=fedgcn with hops={params.hops}: FedGCN sends neighbour feature "
+                              f"sums, which equal raw feature rows for nodes with one neighbour in a client "
+                              f"(or use algorithm.hops=0)")
+
     def setup(self) -> None:
         p, info = self.params, self.ctx.info
         if info.task == "edge":

@@ -118,10 +118,14 @@ class FedGTA(Algorithm):
     messages = {"personalised_weights": Message("down"), "weights": Message("up", release=True),
                 "lp_moments": Message("up"), "smoothing_confidence": Message("up")}
 
-    def setup(self) -> None:
-        if self.params.batch_size is not None:
-            raise ConfigError("algorithm.batch_size", self.params.batch_size,
+    @classmethod
+    def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
+        if params.batch_size is not None:
+            raise ConfigError("algorithm.batch_size", params.batch_size,
                               "null: FedGTA trains and propagates labels full batch")
+
+    def setup(self) -> None:
         self.views = self.make_views(include_cross=False)
         init = self.ctx.build_model()
         self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(init)) for c in self.ctx.clients]

@@ -111,11 +111,13 @@ class FedPub(Algorithm):
         if validated.entries["dataset"].meta.get("task") == "ranking":
             from fgx.algorithms.fedpub_ranking import check_ranking_config
             check_ranking_config(params, validated)
+            return
+        super().check_config(params, validated)
+        if params.batch_size is not None:
+            raise ConfigError("algorithm.batch_size", params.batch_size, "null: FED-PUB trains full batch")
 
     def setup(self) -> None:
         p = self.params
-        if p.batch_size is not None:
-            raise ConfigError("algorithm.batch_size", p.batch_size, "null: FED-PUB trains full batch")
         big = max(self.ctx.clients, key=lambda c: c.num_owned)
         if big.num_owned > p.max_client_nodes:
             raise ConfigError("algorithm.max_client_nodes", p.max_client_nodes,

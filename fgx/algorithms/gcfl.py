@@ -47,10 +47,14 @@ def min_cut_bipartition(similarity: torch.Tensor) -> tuple[list[int], list[int]]
 class GCFL(FedAvg):
     messages = {"cluster_weights": Message("down"), "update": Message("up", release=True)}
 
-    def setup(self) -> None:
-        if self.params.client_fraction != 1.0:
-            raise ConfigError("algorithm.client_fraction", self.params.client_fraction,
+    @classmethod
+    def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
+        if params.client_fraction != 1.0:
+            raise ConfigError("algorithm.client_fraction", params.client_fraction,
                               "1.0 for gcfl: clusters are split on every client's update")
+
+    def setup(self) -> None:
         super().setup()
         self.clusters: list[list[int]] = [[s.cid for s in self.states]]
         self.cluster_models = [self.global_model]

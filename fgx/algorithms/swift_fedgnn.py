@@ -244,6 +244,11 @@ class SwiftFedGNN(FedAvg):
                 raise ConfigError("algorithm.remote_layer0", params.remote_layer0, "drop on an edge task (the edge "
                                   "models need each remote endpoint's own embedding, not sums)")
             return
+        if params.remote_layer0 == "aggregate" and not validated.features_public:
+            raise ConfigError("dataset.features_public", False,
+                              "true for algorithm=swift_fedgnn with remote_layer0=aggregate: it sends sums of remote "
+                              "neighbours' raw features, which equal a feature row for a single neighbour "
+                              "(or use algorithm.remote_layer0=drop)")
         layers = getattr(validated.params["model"], "layers", None)
         if layers == 1 and params.remote_layer0 == "drop":
             raise ConfigError("algorithm.remote_layer0", "drop", "aggregate for a 1-layer model (with drop a "

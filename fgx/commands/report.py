@@ -22,12 +22,14 @@ def cmd_report(args) -> int:
         print(f"fgx report: {e}", file=sys.stderr)
         return 2
     done = len(runs) - len(rep.problems)
+    # stdout holds the table alone for LaTeX and CSV (`> table.tex` is a file LaTeX reads); notes go to stderr
+    notes = sys.stdout if args.format == "markdown" else sys.stderr
     if args.format != "csv":
         print(f"{done} completed run(s), grouped by {', '.join(rep.by)}; mean ± std (sample, ddof=1) over seeds, "
-              f"test split, mean over clients")
+              f"test split, mean over clients", file=notes)
     print(text)
     if rep.problems:
-        print(problems_text(rep), file=sys.stderr if args.format == "csv" else sys.stdout)
+        print(problems_text(rep), file=notes)
     if args.output:
         from pathlib import Path
 

@@ -14,6 +14,20 @@ def cmd_repro(args) -> int:
     from fgx.report.runs import ReportError
 
     conf = conf_dir()
+    if args.dry_run and args.name:
+        try:
+            t = load_targets(conf, args.name)
+        except ReportError as e:
+            print(f"fgx repro: {e}", file=sys.stderr)
+            return 2
+        if t["accounting"] is None and not t.get("command"):
+            from fgx.cli import _job_overrides, prevalidate
+            job = [f"+experiment={args.name}", *args.overrides]
+            prevalidate(job, multirun=True)   # exits with the config error of the first bad job
+            print(f"{args.name}: {len(_job_overrides(job, multirun=True))} job(s), all valid")
+        else:
+            print(f"{args.name}: {'accounting' if t['accounting'] is not None else t['command']}, nothing to compose")
+        return 0
     try:
         if args.docs:
             atomic_write_bytes(Path(args.docs), (reproduction_markdown(conf) + "\n").encode())
@@ -46,6 +60,8 @@ def register(sub) -> None:
     p.add_argument("--from", dest="from_dir", help="compare existing runs in this directory (never recorded)")
     p.add_argument("--no-record", action="store_true", help="run and compare, but leave results/NAME.json as it is")
     p.add_argument("--list", action="store_true", help="list the tables and their computed statuses")
+    p.add_argument("--dry-run", action="store_true", help="check every job of the table (configs composed and "
+                                                           "validated) and run nothing")
     p.add_argument("--docs", metavar="PATH", help="write the reproduction document (docs/REPRODUCTION.md) from the "
                                                   "records and exit")
     p.set_defaults(func=cmd_repro)

@@ -114,11 +114,11 @@ def load(p: AmlParams, env: DataEnv, name: str, generated_only: bool) -> GraphDa
     return GraphDataset(data, info)
 
 
-@DATASETS.register("aml_synth", params=AmlParams, task="edge")
+@DATASETS.register("aml_synth", params=AmlParams, task="edge", features_public=True)   # Multi-GNN node features: constants
 def load_aml_synth(p: AmlParams, env: DataEnv) -> GraphDataset:
     return load(p, env, "aml_synth", generated_only=True)
 
 
-@DATASETS.register("aml", params=AmlParams, task="edge")
+@DATASETS.register("aml", params=AmlParams, task="edge", features_public=True)
 def load_aml(p: AmlParams, env: DataEnv) -> GraphDataset:
     return load(p, env, f"aml_{p.preset}", generated_only=False)

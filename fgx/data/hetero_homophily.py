@@ -81,7 +81,7 @@ def hetero_homophily_graph(p: HeteroHomophilyParams, seed: int):
                 community=torch.from_numpy(community).long(), num_nodes=n)
 
 
-@DATASETS.register("hetero_homophily", params=HeteroHomophilyParams, task="node")
+@DATASETS.register("hetero_homophily", params=HeteroHomophilyParams, task="node", provides=("community",))
 def load_hetero_homophily(p: HeteroHomophilyParams, env: DataEnv) -> GraphDataset:
     gseed = env.seed if p.graph_seed is None else p.graph_seed
     data = hetero_homophily_graph(p, gseed)

@@ -14,7 +14,7 @@ class ByCommunityParams:
     pass
 
 
-@PARTITIONERS.register("by_community", params=ByCommunityParams, tasks=("node",))
+@PARTITIONERS.register("by_community", params=ByCommunityParams, tasks=("node",), needs=("community",))
 def by_community(p: ByCommunityParams, data, info, seed: int) -> list[torch.Tensor]:
     comm = getattr(data, "community", None)
     if comm is None:

@@ -107,7 +107,7 @@ def make_figure(paths, kind: str = "curve", metric: str | None = None, x: str | 
             for r in rs:
                 y = y_of(r)
                 if y is not None:
-                    pts[_numeric(r.overrides.get(x), x)].append(y)
+                    pts[_numeric(r.value(x), x)].append(y)
             xs = sorted(pts)
             means = [float(np.mean(pts[v])) for v in xs]
             stds = [float(np.std(pts[v], ddof=1)) if len(pts[v]) > 1 else 0.0 for v in xs]

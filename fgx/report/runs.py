@@ -7,6 +7,7 @@ with ``.hydra`` but no ``summary.json`` is a job that never got going; a summary
 list them instead of silently dropping them."""
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -32,6 +33,41 @@ class Run:
     @property
     def seed(self) -> Any:
         return self.summary.get("seed", self.overrides.get("seed"))
+
+    @functools.cached_property
+    def _resolved(self) -> tuple[dict, Any]:
+        """(the config groups' chosen conf files, the resolved config) from .hydra/; empty if unreadable."""
+        from omegaconf import OmegaConf
+
+        choices, cfg = {}, None
+        try:
+            h = OmegaConf.load(self.path / ".hydra" / "hydra.yaml")
+            choices = {str(k).split("@")[0]: v for k, v in (OmegaConf.select(h, "hydra.runtime.choices") or {}).items()}
+        except Exception:  # noqa: BLE001 - an unreadable file only loses the resolved values
+            pass
+        try:
+            cfg = OmegaConf.load(self.path / ".hydra" / "config.yaml")
+        except Exception:  # noqa: BLE001
+            pass
+        return choices, cfg
+
+    def value(self, key: str) -> str | None:
+        """The value `key` had in this run, as resolved (a key left at its default has its default):
+        a config group's chosen conf file (`algorithm` -> fedavg_lgcn), else the resolved config value
+        (`partitioner.num_clients` -> 10), else what the command line said."""
+        from omegaconf import DictConfig, OmegaConf
+
+        choices, cfg = self._resolved
+        if choices.get(key) is not None:
+            return str(choices[key])
+        if cfg is not None:
+            v = OmegaConf.select(cfg, key, default=None)
+            if v is not None and not isinstance(v, DictConfig):
+                v = OmegaConf.to_container(v) if OmegaConf.is_config(v) else v
+                return {True: "true", False: "false"}.get(v, str(v)) if isinstance(v, bool) else str(v)
+        if key in self.overrides:
+            return self.overrides[key]
+        return (self.summary.get("components") or {}).get(key)
 
 
 def _read_overrides(run_dir: Path) -> dict[str, str]:
@@ -139,14 +175,8 @@ def metric_values(summary: dict) -> dict[str, float]:
 
 
 def group_label(run: Run, by: list[str]) -> tuple:
-    comps = run.summary.get("components") or {}
-    out = []
-    for k in by:
-        v = run.overrides.get(k)
-        if v is None and k in comps:
-            v = comps[k]
-        out.append(v if v is not None else "-")
-    return tuple(out)
+    """The run's resolved value of each `by` key ("-" only for a key the run's config does not have)."""
+    return tuple(v if (v := run.value(k)) is not None else "-" for k in by)
 
 
 def frame(runs: list[Run], by: list[str]):

@@ -54,8 +54,11 @@ def _generate(out_dir: Path, preset: str, scale: float, seed: int, cross_bank_ra
 def _write_sidecar(frame: pd.DataFrame, path: Path) -> None:
     import os
     import tempfile
+
+    from fgx.outputs import file_mode
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, file_mode())      # the user's umask, not mkstemp's 0600
     os.close(fd)
     try:
         frame.to_csv(tmp, index=False)

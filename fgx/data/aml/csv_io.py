@@ -13,6 +13,7 @@ import numpy as np
 import pandas as pd
 
 from fgx.data.base import DataError
+from fgx.outputs import file_mode
 from fgx.data.aml.schema import COLUMNS, CURRENCIES, PANDAS_COLUMNS, PAYMENT_FORMATS, TIMESTAMP_FORMAT
 
 NUMERIC = {"From Bank": "int64", "To Bank": "int64", "Amount Received": "float64",
@@ -28,6 +29,7 @@ def write_csv_atomic(frames, path: Path) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.name + ".", suffix=".tmp", dir=path.parent)
+    os.fchmod(fd, file_mode())      # the user's umask, not mkstemp's 0600
     os.close(fd)
     if isinstance(frames, pd.DataFrame):
         frames = [frames]

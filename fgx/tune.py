@@ -49,10 +49,9 @@ def _compose(name: str, extra: list[str]):
 
 
 def table_methods(conf: Path, name: str) -> list[str]:
-    from omegaconf import OmegaConf
+    from fgx.report.repro import table_sweep
 
-    node = OmegaConf.load(conf / "experiment" / f"{name}.yaml")
-    methods = OmegaConf.select(node, "hydra.sweeper.params.method")
+    methods = table_sweep(name).get("method")
     if methods is None:
         raise ReportError(f"conf/experiment/{name}.yaml sweeps no `method`: fgx tune tunes a table's methods")
     return [m.strip() for m in str(methods).split(",") if m.strip()]

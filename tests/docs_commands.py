@@ -14,7 +14,9 @@ Marks, written in the command's trailing shell comment (inside the code span for
                       resolved by the fast test, not run by the slow one;
 - `[your cluster]`    it needs a Ray or SLURM cluster: likewise;
 - `[full scale: SIZE, ~TIME]`  a full-scale example (its size and expected time on a laptop-class
-                      machine): resolved by the fast test, not run by the slow one.
+                      machine): resolved by the fast test, not run by the slow one;
+- `[refused]`         the doc shows a command fgx refuses (a config error is the point): the fast
+                      test checks that it is refused, the slow one does not run it.
 
 A command is a *usage pattern*, not an example, when a word in it is a placeholder the test cannot
 fill in: `NAME`-like capitals, `<something>` other than the known ones below, `[optional]` words,
@@ -31,12 +33,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-MARKS = ("your data", "your cluster", "full scale")
+MARKS = ("your data", "your cluster", "full scale", "refused")
 RUN_PLACEHOLDERS = ("outputs/multirun/<date>/<time>", "outputs/<date>/<time>", "<dir>", "<runs>", "<run_dir>")
 _WRAPPERS = {"time", "/usr/bin/time", "nice", "-n", "$", "env"}
 _ENV = re.compile(r"^[A-Z_][A-Z0-9_]*=")
 _DATA_PLACEHOLDER = re.compile(r"<(data_)?root[^>]*>")
-_MARK = re.compile(r"\[(your data|your cluster|full scale)(:[^\]]*)?\]")
+_MARK = re.compile(r"\[(your data|your cluster|full scale|refused)(:[^\]]*)?\]")
 
 
 @dataclass

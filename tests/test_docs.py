@@ -33,7 +33,14 @@ def _option_names(parser) -> set[str]:
 
 
 def check_resolves(cmd: DocCommand, runs_dir: Path, data_dir: Path) -> str | None:
-    """None when the command resolves; otherwise what is wrong with it."""
+    """None when the command resolves (or, marked `[refused]`, is refused); otherwise what is wrong with it."""
+    if "refused" in cmd.marks:
+        problem = _check_resolves(cmd, runs_dir, data_dir)
+        return "documented as refused, but it resolves" if problem is None else None
+    return _check_resolves(cmd, runs_dir, data_dir)
+
+
+def _check_resolves(cmd: DocCommand, runs_dir: Path, data_dir: Path) -> str | None:
     from fgx.cli import build_parser, missing_hydra_plugin, prevalidate
 
     parser = build_parser()

@@ -30,6 +30,10 @@ def cmd_repro(args) -> int:
         return 0
     try:
         if args.docs:
+            if args.dry_run:
+                reproduction_markdown(conf)      # renders, writes nothing
+                print(f"would write {args.docs}")
+                return 0
             atomic_write_bytes(Path(args.docs), (reproduction_markdown(conf) + "\n").encode())
             print(f"wrote {args.docs}")
             return 0

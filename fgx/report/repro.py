@@ -375,13 +375,20 @@ def markdown(res: ReproResult, heading: bool = True) -> str:
 
 
 # ---------------------------------------------------------------------------------------- records
-def sweep_keys(conf: Path, name: str) -> list[str]:
-    """The keys the table's own sweep varies (conf/experiment/NAME.yaml: hydra.sweeper.params)."""
+def table_sweep(name: str) -> dict[str, str]:
+    """What the table's own sweep varies (``hydra.sweeper.params`` of the composed preset, so values
+    a table takes from its protocol file count too)."""
     from omegaconf import OmegaConf
 
-    node = OmegaConf.load(conf / "experiment" / f"{name}.yaml")
-    params = OmegaConf.select(node, "hydra.sweeper.params") or {}
-    return [str(k) for k in params]
+    from fgx.cli import compose
+
+    params = OmegaConf.select(compose([f"+experiment={name}"], hydra=True), "hydra.sweeper.params") or {}
+    return {str(k): str(v) for k, v in params.items()}
+
+
+def sweep_keys(conf: Path, name: str) -> list[str]:
+    """The keys the table's own sweep varies."""
+    return list(table_sweep(name))
 
 
 def cell_config(name: str, cell: dict[str, str]) -> tuple[dict, str]:

@@ -163,7 +163,10 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
         g = grids[m]
         sweep = [f"{k}={','.join(_fmt(v) for v in vals)}" for k, vals in zip(g.keys, g.values)]
         cmd_run(["-m", f"+experiment={name}", f"method={m}", f"seed={','.join(str(s) for s in spec['seeds'])}",
-                 *sweep, f"hydra.sweep.dir={out / m}", "resume=true", *overrides])
+                 *sweep, f"hydra.sweep.dir={out / m}",
+                 # one directory per trial (a table's own subdir, e.g. ${method}_s${seed}, would be shared by
+                 # every grid point of a method); the job number is stable, so resume=true skips finished trials
+                 "hydra.sweep.subdir=t${hydra.job.num}", "resume=true", *overrides])
         trials = []
         runs = [r for r in find_runs([out / m]) if r.status == "completed"]
         for point in g.points:

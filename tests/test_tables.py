@@ -35,6 +35,8 @@ table:
       default:
         algorithm.lr: {times: [1.0, 5.0]}
 hydra:
+  sweep:
+    subdir: ${method}_s${seed}     # as the real tables: fgx tune must still keep its trials apart
   sweeper:
     params:
       method: local_gcn,fedavg_gcn

@@ -160,6 +160,27 @@ def test_committed_records_match_their_presets(monkeypatch):
         assert not res.stale, f"results/{name}.json is stale ({res.stale}): fgx repro {name}"
 
 
+def test_a_table_that_tuned_only_some_methods_is_not_reproduced(tiny):
+    from fgx.report.repro import record_result
+
+    main(["repro", "tiny", "--out", str(tiny / "out")])
+    rec = _record(tiny)
+    for e in rec["runs"]:
+        e["summary"]["best"]["test"]["accuracy"] = 0.9 if e["overrides"]["method"] == "fedavg_gcn" else 0.5
+    (tiny / "results" / "tiny.json").write_text(json.dumps(rec))
+    res = record_result(tiny / "conf", "tiny", check_stale=False)
+    assert res.status == "reproduced" and any(c.what == "equal tuning" and c.ok for c in res.checks)
+    tuned = tiny / "conf" / "tuned" / "tiny"
+    tuned.mkdir(parents=True)
+    (tuned / "fedavg_gcn.yaml").write_text("# @package _global_\nalgorithm:\n  lr: 0.05\n")
+    res = record_result(tiny / "conf", "tiny", check_stale=False)
+    bad = [c for c in res.checks if c.ok is False]
+    assert res.status == "not reproduced" and [c.what for c in bad] == ["equal tuning"]
+    assert "tuned: fedavg_gcn; preset values: local_gcn" in bad[0].fgx
+    (tuned / "local_gcn.yaml").write_text("# @package _global_\nalgorithm:\n  lr: 0.05\n")
+    assert record_result(tiny / "conf", "tiny", check_stale=False).status == "reproduced"
+
+
 def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, capsys):
     from fgx.cli import compose
 

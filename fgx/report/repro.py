@@ -435,7 +435,34 @@ def record_result(conf: Path, name: str, t: dict | None = None, check_stale: boo
     res.record = record
     if check_stale:
         res.stale = stale_cells(conf, name, record)
+    tuning = tuning_check(conf, name, record)
+    if tuning is not None:
+        res.checks.append(tuning)
     return res
+
+
+def tuning_check(conf: Path, name: str, record: dict) -> Check | None:
+    """Equal effort: either every method of the record was tuned by `fgx tune` (conf/tuned/NAME/), with
+    the same number of trials, or none was (every method runs on the preset's values). A table that
+    mixes the two cannot read 'reproduced'. None for tables that do not sweep methods."""
+    methods = sorted({e["overrides"]["method"] for e in record.get("runs", []) if "method" in e.get("overrides", {})})
+    if not methods:
+        return None
+    from fgx.report.records import results_dir
+
+    tune_file = results_dir(conf) / f"{name}.tune.json"
+    tuned = json.loads(tune_file.read_text()).get("methods", {}) if tune_file.exists() else {}
+    have = {m: (conf / "tuned" / name / f"{m}.yaml").exists() for m in methods}
+    done, left = [m for m in methods if have[m]], [m for m in methods if not have[m]]
+    trials = {len(tuned[m].get("trials", [])) for m in done if m in tuned}
+    if not done:
+        return Check("equal tuning", "same budget for every method", "the preset's values for every method", True)
+    if left or len(trials) > 1:
+        return Check("equal tuning", "same budget for every method",
+                     f"tuned: {', '.join(done)}; preset values: {', '.join(left) or '-'}"
+                     + (f"; trial counts {sorted(trials)}" if len(trials) > 1 else ""), False)
+    return Check("equal tuning", "same budget for every method",
+                 f"every method tuned by `fgx tune {name}` ({trials.pop() if trials else '?'} trials each)", True)
 
 
 def collect(conf: Path, name: str, run_root: Path, command: str) -> tuple[list[dict], dict, list[str]]:

@@ -350,6 +350,8 @@ def plan_run(cmd: DocCommand, runs_dir: Path, data_dir: Path, rounds: int | None
             plan.skip = missing
         elif any(t in ("device=cuda", "device=auto") for t in argv) and not _has_cuda():
             plan.skip = "needs CUDA" if "device=cuda" in argv else None
+    if cmd.subcommand == "tune" and "--dry-run" not in argv:
+        plan.argv = argv + ["--dry-run"]   # a tuning run takes long and writes conf/tuned/: its plan is checked
     is_repro_run = cmd.subcommand == "repro" and len(argv) > 1 and not argv[1].startswith("-") and not any(
         t in ("--from", "--docs", "--list", "--dry-run") for t in argv)
     if rounds is not None and (cmd.subcommand == "run" or is_repro_run) and not any(

@@ -38,10 +38,10 @@ def test_sharing_layer_zero_is_refused(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(SystemExit, match="share_layers"):
         main(["run", *TINY_CE, "algorithm.share_layers=[0,1]"])
-    rc = main(["run", *TINY_CE, "algorithm.remote_layer0=raw", f"hydra.run.dir={tmp_path / 'r'}"])
-    assert rc == 1
-    s = json.loads((tmp_path / "r" / "summary.json").read_text())
-    assert s["status"] == "failed" and "features public" in s["error"]
+    # raw layer-0 rows are refused before any work (no run directory) unless the features are public
+    with pytest.raises(SystemExit, match="does not declare its node features public"):
+        main(["run", *TINY_CE, "algorithm.remote_layer0=raw", f"hydra.run.dir={tmp_path / 'r'}"])
+    assert not (tmp_path / "r").exists()
 
 
 def _capture(monkeypatch):

@@ -192,3 +192,11 @@ def test_by_reads_resolved_values_when_a_key_kept_its_default(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "| fedavg_lgcn | 10 | louvain | 0.1 | 2 |" in out, out
     assert "| lpsfed | 5 | louvain | 0.1 | 1 |" in out, out
+
+
+def test_find_runs_orders_numbered_and_named_run_dirs(tmp_path):
+    """A sweep directory may hold numbered job dirs next to named ones (the preset's hydra.sweep.subdir
+    changed between jobs): numbers first, by value, then names."""
+    for name in ["10", "cgu_s1", "2", "ceu_s0"]:
+        make_run(tmp_path / "sweep" / name, ["algorithm=fedavg"], completed(0.5, 0.5, 0))
+    assert [r.path.name for r in find_runs([tmp_path / "sweep"])] == ["2", "10", "ceu_s0", "cgu_s1"]

@@ -131,7 +131,8 @@ def find_runs(paths: list[str | Path]) -> list[Run]:
 
 
 def _natural_key(p: Path) -> list:
-    return [int(s) if s.isdigit() else s for s in p.parts]
+    # numbers sort by value, and before names (a sweep dir may hold "0", "1" and "cgu_s1" side by side)
+    return [(0, int(s), "") if s.isdigit() else (1, 0, s) for s in p.parts]
 
 
 def varying_keys(runs: list[Run]) -> list[str]:

@@ -50,15 +50,17 @@ def test_the_fixed_splits_are_the_released_ones(tmp_path):
     ({"level": "graph", "task": "graph_cls"}, "homogeneous-subgraph node-classification variants"),
     ({"num_clients": 5}, "data_3.pt: missing"),
 ])
-def test_other_schemas_and_levels_are_refused_clearly(run_fgx, tmp_path, change, message):
+def test_other_schemas_and_levels_are_refused_clearly(run_fgx, tmp_path, capsys, change, message):
     folder = make_fedgb(tmp_path / "fedgb", sums=False)
     manifest = json.loads((folder / "fedgb_manifest.json").read_text())
     manifest.update(change)
     (folder / "fedgb_manifest.json").write_text(json.dumps(manifest))
+    # a data error found when loading: exit 2, the message names the problem, no run directory is kept
     run = run_fgx("dataset=fedgb", "dataset.variant=TOY", f"dataset.root={tmp_path / 'fedgb'}", "algorithm=fedavg",
-                  "rounds=1", expect_rc=1)
-    s = json.loads((run / "summary.json").read_text())
-    assert s["error"].startswith("DataError") and message in s["error"], s["error"]
+                  "rounds=1", expect_rc=2)
+    err = capsys.readouterr().err
+    assert "data error" in err and message in err, err
+    assert not run.exists()
 
 
 def test_a_file_that_does_not_match_sha256sums_is_refused(tmp_path):

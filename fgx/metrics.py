@@ -7,6 +7,15 @@ import torch
 CLASSIFICATION = ("accuracy", "f1_macro", "f1_minority", "roc_auc")
 
 
+
+# metrics where a smaller value is better: the best round / trial is the one that minimises them
+LOWER_IS_BETTER = frozenset({"mse", "rmse", "mae", "loss"})
+
+
+def improves(new: float, old: float, metric: str) -> bool:
+    """Whether `new` is strictly better than `old` for `metric`."""
+    return new < old if metric in LOWER_IS_BETTER else new > old
+
 def minority_class(train_labels: torch.Tensor, num_classes: int) -> int:
     """The class with the fewest training labels (for binary AML: the illicit class)."""
     counts = torch.bincount(train_labels, minlength=num_classes)

@@ -25,7 +25,7 @@ from fgx.data.checks import check_clients, check_graph
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.loggers import make_logger
-from fgx.metrics import CLASSIFICATION, grouped_classification_metrics, mean_over_clients, minority_class
+from fgx.metrics import CLASSIFICATION, grouped_classification_metrics, improves, mean_over_clients, minority_class
 from fgx.outputs import RunDir
 from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
@@ -319,7 +319,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                 last = res
                 sel = "val" if "val" in res else "test"      # a dataset without a validation split
                 val = res[sel]["mean"].get(main_metric)
-                if best is None or (val is not None and val == val and val > best["val"]):
+                if best is None or (val is not None and val == val and improves(val, best["val"], main_metric)):
                     best = {"round": r, "val": val, "test": res["test"]["mean"],
                             "per_client": res["test"]["per_client"]}
                 client_best = update_client_best(client_best, res, main_metric, r)
@@ -411,7 +411,7 @@ def update_client_best(client_best: list | None, res: dict, main_metric: str, r:
         score = v.get(main_metric)
         if score is None or score != score:
             continue
-        if client_best[i] is None or score > client_best[i]["val"]:
+        if client_best[i] is None or improves(score, client_best[i]["val"], main_metric):
             client_best[i] = {"round": r, "val": score, "test": t}
     return client_best
 

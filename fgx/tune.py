@@ -179,7 +179,11 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
         if len(done) < len(trials):
             raise ReportError(f"{name}/{m}: {len(trials) - len(done)} of {len(trials)} trials did not complete "
                               f"(see {out / m}); nothing written for this method")
-        best = max(done, key=lambda t: t["val"])        # max() keeps the first of equal values: grid order
+        from fgx.metrics import LOWER_IS_BETTER
+
+        metric = next((r.summary.get("main_metric") for r in runs if r.summary.get("main_metric")), None)
+        sign = -1.0 if metric in LOWER_IS_BETTER else 1.0    # mse & co.: the smallest validation value wins
+        best = max(done, key=lambda t: sign * t["val"])  # max() keeps the first of equal values: grid order
         write_tuned(conf, name, m, best, g, spec, len(trials), prov)
         tune_record["methods"][m] = {**plan["methods"][m], "trials": trials, "chosen": best["values"],
                                      "val": best["val"], "select": spec["select"], "seeds": spec["seeds"], **prov}

@@ -1,4 +1,6 @@
 """Decentralised learning with matrix-factorisation privacy accounting (issue #8)."""
+import json
+
 import numpy as np
 import pytest
 
@@ -412,3 +414,15 @@ def test_noise_stream_is_the_same_after_a_restart_mid_block():
         assert torch.equal(b.step(t), full[t])
     want = sum(mixer[20, j] * a.z[j] for j in range(21)) + a.secret_rows[20]
     assert torch.allclose(full[20], want.float(), atol=1e-5)
+
+
+def test_the_best_round_of_a_regression_run_minimises_mse(run_fgx):
+    """mse is lower-is-better: summary.json's best round is the one with the smallest mse (a `>`
+    comparison kept the worst round), and the per-client best rounds likewise."""
+    d = run_fgx("algorithm=dsgd", "privacy=none", *DECENTRAL, "eval_every=1", "algorithm.lr=0.5")
+    s = json.loads((d / "summary.json").read_text())
+    split = "val" if '"split": "val"' in (d / "metrics.jsonl").read_text() else "test"
+    rows = [json.loads(line) for line in (d / "metrics.jsonl").read_text().splitlines()]
+    mses = {r["round"]: r["mean"]["mse"] for r in rows if r["split"] == split}
+    assert len(set(mses.values())) > 1
+    assert s["best"]["round"] == min(mses, key=mses.get) and s["best"]["val"] == min(mses.values())

@@ -56,7 +56,7 @@ class MlflowLogger(MetricLogger):
         exp = self.client.get_experiment_by_name(experiment)
         exp_id = exp.experiment_id if exp else self.client.create_experiment(experiment)
         self.run_id = self.client.create_run(exp_id, run_name=run_dir.name).info.run_id
-        flat = _flat(config)
+        flat = flatten(config)
         for i in range(0, len(flat), 100):   # MLflow accepts at most 100 params per batch
             from mlflow.entities import Param
             self.client.log_batch(self.run_id, params=[Param(k, str(v)[:500]) for k, v in list(flat.items())[i:i + 100]])
@@ -75,19 +75,20 @@ class MlflowLogger(MetricLogger):
         self.client.set_terminated(self.run_id)
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested dict as dotted keys ({'a': {'b': 1}} -> {'a.b': 1})."""
     out = {}
     for k, v in d.items():
         key = f"{prefix}{k}"
         if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
+            out.update(flatten(v, key + "."))
         else:
             out[key] = v
     return out
 
 
 def _flat_text(d: dict) -> str:
-    return "\n".join(f"{k}: {v}" for k, v in _flat(d).items())
+    return "\n".join(f"{k}: {v}" for k, v in flatten(d).items())
 
 
 def make_logger(name: str, run_dir: Path, config: dict, experiment: str | None) -> MetricLogger:

@@ -491,15 +491,9 @@ def collect(conf: Path, name: str, run_root: Path, command: str) -> tuple[list[d
     return entries, configs, refused
 
 
-def _flat(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            out.update(_flat(v, key + "."))
-        else:
-            out[key] = v
-    return out
+def _flat(d: dict) -> dict:
+    from fgx.loggers import flatten
+    return flatten(d)
 
 
 def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[str] | None = None,

@@ -449,10 +449,11 @@ def tuning_check(conf: Path, name: str, record: dict) -> Check | None:
     if not methods:
         return None
     from fgx.report.records import results_dir
+    from fgx.tune import tuned_path
 
     tune_file = results_dir(conf) / f"{name}.tune.json"
     tuned = json.loads(tune_file.read_text()).get("methods", {}) if tune_file.exists() else {}
-    have = {m: (conf / "tuned" / name / f"{m}.yaml").exists() for m in methods}
+    have = {m: tuned_path(conf, name, m).exists() for m in methods}
     done, left = [m for m in methods if have[m]], [m for m in methods if not have[m]]
     trials = {len(tuned[m].get("trials", [])) for m in done if m in tuned}
     if not done:

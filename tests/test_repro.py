@@ -101,7 +101,10 @@ def test_repro_docs_lists_every_table(tmp_path, monkeypatch):
     names = table_names(REPO / "conf")
     assert "fedgsp_minesweeper_disj_10" in names and "fedgsp_tolokers_disj_10" in names
     for name in names:
-        assert f"`fgx repro {name}`" in text
+        assert f"`fgx repro {name}`" in text or f"`fgx repro {name}  # [full scale: " in text
+    # a training table says its size (9 methods x 3 seeds) and measured time; an accounting table runs as is
+    assert "`fgx repro baselines_cora  # [full scale: 27 runs, ~" in text
+    assert "`fgx repro ce_fedgnn_table6`" in text
 
 
 def test_reproduction_doc_is_up_to_date(monkeypatch):

@@ -553,6 +553,7 @@ def reproduction_markdown(conf: Path) -> str:
     for name in table_names(conf):
         t = load_targets(conf, name)
         entries.append((t.get("paper", "?"), t.get("item", "?"), name, t, record_result(conf, name, t)))
+    jobs = table_job_counts(conf, [name for _, _, name, t, _ in entries if t["accounting"] is None])
     papers: dict[str, list] = {}
     for e in entries:
         papers.setdefault(e[0], []).append(e)
@@ -566,19 +567,65 @@ def reproduction_markdown(conf: Path) -> str:
            "*Data*: **real** = the paper's dataset; **generated** = an offline stand-in generator (orderings, not",
            "absolute numbers, are comparable); **scaled** = the real data with a smaller budget (fewer rounds or",
            "clients) than the paper; **substitute** = another real dataset in place of the paper's (offline);",
-           "**accounting** = pure arithmetic, exact.", ""]
+           "**accounting** = pure arithmetic, exact.", "",
+           "*Command*: its comment says how many runs the table makes and how long the recorded ones took (their",
+           "wall times summed, on the record's machine); `fgx repro NAME --dry-run` checks every job without",
+           "running it, and `fgx repro NAME method=a,b seed=0` runs part of a table.", ""]
     for paper in sorted(papers):
         out += [f"## {paper}", ""]
         rows = []
         for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
             rows.append([item, t.get("data", "?"), f"**{res.status}**", res.verdict if res.record else "-",
-                         f"`fgx repro {name}`"])
+                         f"`fgx repro {name}{_cost_mark(t, res, jobs.get(name))}`"])
         out += [to_markdown(["item", "data", "status", "checks", "command"], rows), ""]
         for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
             if res.record is None:
                 continue
             out += [f"### {item} — `{name}`", "", _provenance_line(res.record), "", markdown(res, heading=False), ""]
     return "\n".join(out)
+
+
+def table_job_counts(conf: Path, names: list[str]) -> dict[str, int]:
+    """How many runs each table's multirun makes (its preset's `hydra.sweeper.params`, split as Hydra's
+    basic sweeper splits them), composed under one Hydra initialisation (~0.1 s a table)."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.initialize import get_gh_backup, restore_gh_from_backup
+
+    parser = OverridesParser.create()
+    counts = {}
+    backup = get_gh_backup()      # a caller's Hydra (the docs test's) is put back as it was
+    GlobalHydra.instance().clear()
+    try:
+        with initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3"):
+            for name in names:
+                sweeper = compose(config_name="config", overrides=[f"+experiment={name}"],
+                                  return_hydra_config=True).hydra.sweeper
+                if not sweeper.get("_target_", "").endswith("BasicSweeper"):   # Optuna: its trial budget
+                    counts[name] = int(sweeper.get("n_trials") or 1)
+                    continue
+                params = parser.parse_overrides([f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()])
+                counts[name] = sum(len(batch) for batch in BasicSweeper.split_arguments(params, None))
+    finally:
+        restore_gh_from_backup(backup)
+    return counts
+
+
+def _cost_mark(t: dict, res: ReproResult, jobs: int | None) -> str:
+    """The docs test's full-scale mark for a table that trains (an accounting table is cheap and runs):
+    its runs and, where a record exists, the time they took (the runs' own wall times, summed)."""
+    if t["accounting"] is not None or jobs is None:
+        return ""
+    walls = [r.get("summary", {}).get("wall_time_s") for r in (res.record or {}).get("runs", [])]
+    walls = [w for w in walls if isinstance(w, (int, float))]
+    if not walls:
+        return f"  # [full scale: {jobs} runs, time not yet measured]"
+    total = sum(walls)
+    took = f"~{total / 3600:.1f} h" if total >= 5400 else f"~{max(1, round(total / 60))} min" if total >= 60 \
+        else f"~{round(total)} s"
+    return f"  # [full scale: {jobs} runs, {took} measured]"
 
 
 def _provenance_line(record: dict) -> str:

@@ -14,7 +14,7 @@ Marks, written in the command's trailing shell comment (inside the code span for
                       resolved by the fast test, not run by the slow one;
 - `[your cluster]`    it needs a Ray or SLURM cluster: likewise;
 - `[full scale: SIZE, ~TIME]`  a full-scale example (its size and expected time on a laptop-class
-                      machine): resolved by the fast test, not run by the slow one;
+                      machine, or `time not yet measured`): resolved by the fast test, not run by the slow one;
 - `[refused]`         the doc shows a command fgx refuses (a config error is the point): the fast
                       test checks that it is refused, the slow one does not run it.
 
@@ -303,6 +303,7 @@ class Plan:
     skip: str | None = None          # why the slow test does not run it
     timeout: int = 300
     ok_codes: tuple[int, ...] = (0,)
+    as_written: list[str] | None = None   # the argv without the added rounds=, where one was added
 
 
 def _latest(root: Path, multirun: bool) -> Path | None:
@@ -356,6 +357,7 @@ def plan_run(cmd: DocCommand, runs_dir: Path, data_dir: Path, rounds: int | None
         t in ("--from", "--docs", "--list", "--dry-run") for t in argv)
     if rounds is not None and (cmd.subcommand == "run" or is_repro_run) and not any(
             t.startswith(("--cfg", "-c", "--help", "--info")) for t in argv):
+        plan.as_written = plan.argv
         plan.argv = [t for t in plan.argv if not t.startswith("rounds=")] + [f"rounds={rounds}"]
         if is_repro_run:
             plan.ok_codes = (0, 1)      # a check of the paper's numbers may fail after one round

@@ -304,7 +304,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                                     {"round": r, "value": row})
             ctx.extras.clear()
             evaluate = r % top.eval_every == 0 or r == top.rounds
-            status = f"loss {stats.get('loss', float('nan')):.4f}"
+            # a method without a training loss (certified_lr's closed-form solve) prints none
+            status = f"loss {stats['loss']:.4f}" if isinstance(stats.get("loss"), (int, float)) else ""
             if evaluate:
                 res = evaluator(algo, local=local_eval, complete=r == top.rounds)
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
@@ -332,7 +333,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                                         "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
                                         "best": best, "client_best": client_best,
                                         "elapsed_s": time.time() - t_loop})
-            progress.update(r, status, evaluate)
+            progress.update(r, status.strip(), evaluate)
     finally:
         ACTIVITY.start(None)
         progress.close()

@@ -23,6 +23,9 @@ def test_banner_after_unlearning_shows_accuracy_before_and_after(run_fgx, capsys
     assert "before unlearning" in out
     assert (f"test accuracy {s['initial_test_accuracy']:.4f} before, {s['final_test_accuracy']:.4f} after"
             in out), out
+    # certified_lr solves in closed form: its progress line shows no (nan) training loss
+    rounds = [ln for ln in (d / "fgx.log").read_text().splitlines() if "round 1/1" in ln]
+    assert rounds and "loss nan" not in rounds[0] and "val accuracy" in rounds[0], rounds
 
 
 @pytest.mark.parametrize("preset", ["fedavg_lgcn", "local_lgcn", "lpsfed_bpr"])

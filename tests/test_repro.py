@@ -145,6 +145,22 @@ def test_ordering_within_a_group_and_lower_is_better():
     assert "missing" in c[3].fgx
 
 
+def test_numeric_keys_match_by_value():
+    """A target written `1e-5` (or `2`) names the runs whose config printed `1e-05` (or `2.0`)."""
+    import pandas as pd
+
+    from fgx.report.repro import compare
+    from fgx.report.table import Report
+
+    table = pd.DataFrame({"r_max": ["1e-05", "1e-07", "1e-15"], "mu": ["2.0"] * 3, "n": [3] * 3,
+                          "retrains_mean": [100.0, 100.0, 0.0], "retrains_std": [0.0] * 3})
+    rep = Report(by=["r_max", "mu"], metrics=["retrains"], table=table, problems=[], runs=[])
+    c = compare(rep, {"ordering": [{"key": "r_max", "order": ["1e-5", "1e-7", "1e-15"], "where": {"mu": 2}},
+                                   {"key": "r_max", "order": ["1e-15", "1e-5"]}]}, "retrains")
+    assert [x.ok for x in c] == [True, False]
+    assert c[0].fgx == "1e-5 100.0000 , 1e-7 100.0000 , 1e-15 0.0000"
+
+
 def test_an_ordering_may_check_another_column():
     import pandas as pd
 

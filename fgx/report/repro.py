@@ -232,12 +232,20 @@ def _group_means(rep, metric: str) -> list[tuple[dict, float, float, int]]:
     return out
 
 
+def _canon(v) -> str:
+    """A config value as the checks compare it: numbers by value (a target's `1e-5` is the run's `1e-05`)."""
+    try:
+        return repr(float(v))
+    except (TypeError, ValueError):
+        return str(v)
+
+
 def compare(rep, t: dict, metric: str) -> list[Check]:
     groups = _group_means(rep, metric)
     checks = []
     for row in t.get("rows") or []:
         where = {k: str(v) for k, v in row["where"].items()}
-        hit = [g for g in groups if all(g[0].get(k) == v for k, v in where.items())]
+        hit = [g for g in groups if all(_canon(g[0].get(k)) == _canon(v) for k, v in where.items())]
         label = ", ".join(f"{k}={v}" for k, v in where.items())
         paper = row.get("paper")
         paper_s = "-" if paper is None else f"{paper:.4f}" if isinstance(paper, (int, float)) else str(paper)
@@ -260,15 +268,16 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
         means = {}
         for g, mean, _, _ in groups:
-            if key in g and all(g.get(k) == v for k, v in where.items()):
-                means.setdefault(g[key], mean)
-        missing = [x for x in order if x not in means]
+            if key in g and all(_canon(g.get(k)) == _canon(v) for k, v in where.items()):
+                means.setdefault(_canon(g[key]), mean)
+        missing = [x for x in order if _canon(x) not in means]
         if missing:
             checks.append(Check(f"ordering by {key}{scope}", sign.join(order), f"missing {missing}", False))
             continue
-        ok = all((means[a] <= means[b]) if lower else (means[a] >= means[b]) for a, b in zip(order, order[1:]))
+        m = [means[_canon(x)] for x in order]
+        ok = all((a <= b) if lower else (a >= b) for a, b in zip(m, m[1:]))
         checks.append(Check(f"ordering of {om} by {key}{scope}", sign.join(order),
-                            " , ".join(f"{x} {means[x]:.4f}" for x in order), ok))
+                            " , ".join(f"{x} {v:.4f}" for x, v in zip(order, m)), ok))
     return checks
 
 

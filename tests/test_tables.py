@@ -160,6 +160,21 @@ def test_committed_records_match_their_presets(monkeypatch):
         assert not res.stale, f"results/{name}.json is stale ({res.stale}): fgx repro {name}"
 
 
+def test_no_table_averages_configurations_it_does_not_group_by():
+    """Every key a table's sweep varies, the seed excepted, is one of its group keys (`by`): otherwise a
+    row of the table averages different configurations (the CE-FedGNN Fig. 2 presets once inherited
+    Table 1's three-method sweep and grouped by sigma0 alone)."""
+    from fgx.report.repro import load_targets, table_names, table_sweeps
+
+    conf = REPO / "conf"
+    targets = {n: load_targets(conf, n) for n in table_names(conf)}
+    grouped = {n: t["by"] for n, t in targets.items() if t["accounting"] is None and t.get("by")}
+    bad = [f"{n}: sweeps {k} ({len(v)} values) but groups by {grouped[n]}"
+           for n, sweep in table_sweeps(conf, sorted(grouped)).items() if isinstance(sweep, dict)
+           for k, v in sweep.items() if k != "seed" and len(v) > 1 and k not in grouped[n]]
+    assert not bad, "\n".join(bad)
+
+
 def test_a_table_that_tuned_only_some_methods_is_not_reproduced(tiny):
     from fgx.report.repro import record_result
 

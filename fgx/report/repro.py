@@ -594,17 +594,16 @@ def reproduction_markdown(conf: Path) -> str:
     return "\n".join(out)
 
 
-def table_job_counts(conf: Path, names: list[str]) -> dict[str, int]:
-    """How many runs each table's multirun makes (its preset's `hydra.sweeper.params`, split as Hydra's
-    basic sweeper splits them), composed under one Hydra initialisation (~0.1 s a table)."""
+def table_sweeps(conf: Path, names: list[str]) -> dict[str, dict[str, list[str]] | int]:
+    """Each table's sweep as Hydra's basic sweeper expands it: key -> its values (an Optuna table: its
+    trial budget), composed under one Hydra initialisation (~0.1 s a table)."""
     from hydra import compose, initialize_config_dir
-    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
     parser = OverridesParser.create()
-    counts = {}
+    sweeps: dict[str, dict[str, list[str]] | int] = {}
     backup = get_gh_backup()      # a caller's Hydra (the docs test's) is put back as it was
     GlobalHydra.instance().clear()
     try:
@@ -612,14 +611,23 @@ def table_job_counts(conf: Path, names: list[str]) -> dict[str, int]:
             for name in names:
                 sweeper = compose(config_name="config", overrides=[f"+experiment={name}"],
                                   return_hydra_config=True).hydra.sweeper
-                if not sweeper.get("_target_", "").endswith("BasicSweeper"):   # Optuna: its trial budget
-                    counts[name] = int(sweeper.get("n_trials") or 1)
+                if not sweeper.get("_target_", "").endswith("BasicSweeper"):
+                    sweeps[name] = int(sweeper.get("n_trials") or 1)
                     continue
                 params = parser.parse_overrides([f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()])
-                counts[name] = sum(len(batch) for batch in BasicSweeper.split_arguments(params, None))
+                sweeps[name] = {o.get_key_element(): [str(v) for v in o.sweep_string_iterator()]
+                                if o.is_sweep_override() else [str(o.value())] for o in params}
     finally:
         restore_gh_from_backup(backup)
-    return counts
+    return sweeps
+
+
+def table_job_counts(conf: Path, names: list[str]) -> dict[str, int]:
+    """How many runs each table's multirun makes (an Optuna table: its trial budget)."""
+    import math
+
+    return {name: sweep if isinstance(sweep, int) else math.prod(len(v) for v in sweep.values())
+            for name, sweep in table_sweeps(conf, names).items()}
 
 
 def _cost_mark(t: dict, res: ReproResult, jobs: int | None) -> str:

@@ -200,3 +200,14 @@ def test_find_runs_orders_numbered_and_named_run_dirs(tmp_path):
     for name in ["10", "cgu_s1", "2", "ceu_s0"]:
         make_run(tmp_path / "sweep" / name, ["algorithm=fedavg"], completed(0.5, 0.5, 0))
     assert [r.path.name for r in find_runs([tmp_path / "sweep"])] == ["2", "10", "ceu_s0", "cgu_s1"]
+
+
+def test_a_numeric_sweep_reads_in_numeric_order(tmp_path):
+    # records store runs sorted as strings (16 < 4 < 64 < 8); the table must read K = 4, 8, 16, 64
+    for i, k in enumerate(["16", "4", "64", "8", "16"]):
+        make_run(tmp_path / str(i), [f"algorithm.local_steps={k}", f"seed={i}"], completed(0.5, 0.1 * i, i))
+    rep = build_report(find_runs([tmp_path]), by=["algorithm.local_steps"], metrics=["accuracy"])
+    assert [str(x) for x in rep.table["algorithm.local_steps"]] == ["4", "8", "16", "64"]
+    assert list(rep.table["n"]) == [1, 1, 2, 1]
+    named = build_report(find_runs([tmp_path]), by=["seed"], metrics=["accuracy"])
+    assert [str(x) for x in named.table["seed"]] == ["0", "1", "2", "3", "4"]

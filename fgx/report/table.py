@@ -32,6 +32,8 @@ def build_report(runs: list[Run], by: list[str] | None = None, metrics: list[str
     if by is None:
         by = varying_keys(runs) or ["algorithm"]
     metrics = list(metrics) if metrics else [default_metric(runs)] if completed else []
+    import pandas as pd
+
     df = frame(runs, by)
     if completed:
         missing = [m for m in metrics if m not in df.columns]
@@ -47,9 +49,12 @@ def build_report(runs: list[Run], by: list[str] | None = None, metrics: list[str
             table[f"{c}_mean"] = g[c].mean()
             table[f"{c}_std"] = g[c].std(ddof=1)
         table = table.reset_index()
+        # a numeric sweep (K = 4, 8, 16, ...) reads in numeric order; records store runs sorted as strings
+        numeric = [b for b in by if pd.to_numeric(table[b], errors="coerce").notna().all()]
+        if numeric:
+            table = table.sort_values(numeric, key=lambda col: pd.to_numeric(col), kind="stable").reset_index(drop=True)
         metrics_out = cols
     else:
-        import pandas as pd
         table, metrics_out = pd.DataFrame(columns=by + ["n"]), []
     return Report(by, metrics_out, table, problems, runs)
 

@@ -31,7 +31,8 @@ def fresh_root(tmp_path) -> Path:
     if not (SHARED_DATA / "Cora" / "raw").is_dir():
         pytest.skip(f"Cora not found under {SHARED_DATA}")
     root = tmp_path / "data"
-    shutil.copytree(SHARED_DATA / "Cora", root / "Cora")      # raw files only: nothing processed yet
+    # raw files only: nothing processed yet (even where a run has processed the shared copy in place)
+    shutil.copytree(SHARED_DATA / "Cora" / "raw", root / "Cora" / "raw")
     return root
 
 

@@ -211,3 +211,11 @@ def test_a_numeric_sweep_reads_in_numeric_order(tmp_path):
     assert list(rep.table["n"]) == [1, 1, 2, 1]
     named = build_report(find_runs([tmp_path]), by=["seed"], metrics=["accuracy"])
     assert [str(x) for x in named.table["seed"]] == ["0", "1", "2", "3", "4"]
+
+
+def test_a_numeric_key_is_sorted_inside_the_groups_that_come_first(tmp_path):
+    for i, (a, k) in enumerate([("zeta", "16"), ("alpha", "4"), ("zeta", "4"), ("alpha", "16")]):
+        make_run(tmp_path / str(i), [f"algorithm={a}", f"algorithm.local_steps={k}", f"seed={i}"], completed(0.5, 0.1, i))
+    rep = build_report(find_runs([tmp_path]), by=["algorithm", "algorithm.local_steps"], metrics=["accuracy"])
+    assert [(str(a), str(k)) for a, k in zip(rep.table["algorithm"], rep.table["algorithm.local_steps"])] == \
+        [("zeta", "4"), ("zeta", "16"), ("alpha", "4"), ("alpha", "16")]

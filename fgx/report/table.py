@@ -50,9 +50,14 @@ def build_report(runs: list[Run], by: list[str] | None = None, metrics: list[str
             table[f"{c}_std"] = g[c].std(ddof=1)
         table = table.reset_index()
         # a numeric sweep (K = 4, 8, 16, ...) reads in numeric order; records store runs sorted as strings
+        # (other group keys keep their first-appearance order, and stay the outer keys where they come first)
         numeric = [b for b in by if pd.to_numeric(table[b], errors="coerce").notna().all()]
         if numeric:
-            table = table.sort_values(numeric, key=lambda col: pd.to_numeric(col), kind="stable").reset_index(drop=True)
+            def order(col):
+                if col.name in numeric:
+                    return pd.to_numeric(col)
+                return col.map({v: i for i, v in enumerate(pd.unique(col))})
+            table = table.sort_values(list(by), key=order, kind="stable").reset_index(drop=True)
         metrics_out = cols
     else:
         table, metrics_out = pd.DataFrame(columns=by + ["n"]), []

@@ -140,7 +140,10 @@ class Evaluator:
     def _predict(self, algo, client, complete: bool, local: bool = False) -> dict:
         e = self.params
         kw = {"local": True} if local else {}
-        if "splits" in inspect.signature(algo.predict).parameters:
+        takes_splits = self.__dict__.setdefault("_takes_splits", {})
+        if type(algo) not in takes_splits:
+            takes_splits[type(algo)] = "splits" in inspect.signature(algo.predict).parameters
+        if takes_splits[type(algo)]:
             return algo.predict(client, splits=e.splits, subset=None if complete else e.subset,
                                 batch_size=e.batch_size, **kw)
         out = algo.predict(client, **kw)    # an algorithm that scores every split its own way

@@ -21,7 +21,9 @@ nodes). Also: a bare `import torch_geometric` process (the import floor both too
 `fgx run algorithm=nope` (must fail fast, naming the allowed values).
 
 Matched settings where the two tools' defaults differ: both compute accuracy only (fgx
-metrics=[accuracy]; OpenFGL's args.metrics); FedProx mu = OpenFGL's 1e-3; FedSage+ hides
+metrics=[accuracy]; OpenFGL's args.metrics); FedAvg, FedProx and Local run OpenFGL's GCN (two GCNConv
+layers, 64 hidden, dropout 0.5, the second layer outputs the classes: fgx model.classifier=none);
+FedProx mu = OpenFGL's 1e-3; FedSage+ hides
 half of each client's validation nodes (fgx hide_ratio 0.2 = 0.5 x 40 % validation) and trains
 NeighGen for OpenFGL's 10 generator rounds (fgx: 5 local + 5 federated epochs before round 1, then
 rounds - 10 classifier rounds, averaged uniformly as OpenFGL does). Every number in the final JSON
@@ -58,7 +60,9 @@ def fgx_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
               f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
               "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1",
               "metrics=[accuracy]"]     # what OpenFGL computes here (args.metrics = ["accuracy"])
-    extra = {"fedavg": [], "local": [], "fedprox": ["algorithm.mu=0.001"], "fedpub": [],
+    # OpenFGL's GCN (openfgl/model/gcn.py): two GCNConv layers, the second outputs the classes, no Linear head
+    gcn = ["model=gcn", "model.classifier=none", "model.layers=2", "model.hidden=64", "model.dropout=0.5"]
+    extra = {"fedavg": gcn, "local": gcn, "fedprox": [*gcn, "algorithm.mu=0.001"], "fedpub": [],
              "fedsage_plus": ["model=sage", "algorithm.hide_ratio=0.2", "algorithm.weighting=uniform",
                               f"algorithm.local_gen_epochs={FEDSAGE_GEN_ROUNDS // 2}",
                               f"algorithm.fed_gen_epochs={FEDSAGE_GEN_ROUNDS - FEDSAGE_GEN_ROUNDS // 2}"]}[algo]

@@ -72,7 +72,13 @@ class Algorithm:
         model = self.local_model_for(client) if local else self.model_for(client)
         view = self.view_for(client)
         model.eval()
-        items = eval_items(view, self.ctx.info.task, splits, subset, self.ctx.seed, client.cid)
+        # the same items at every evaluation of an unchanged view: found once (a tenth of a Cora client's
+        # evaluation otherwise)
+        key = (client.cid, tuple(splits), subset)
+        cache = self.__dict__.setdefault("_eval_items", {})
+        if key not in cache or cache[key][0] is not view:
+            cache[key] = (view, eval_items(view, self.ctx.info.task, splits, subset, self.ctx.seed, client.cid))
+        items = cache[key][1]
         fanouts = getattr(self.params, "fanouts", None)
         batch = batch_size or getattr(self.params, "batch_size", None)
         with torch.no_grad():
@@ -176,7 +182,12 @@ def make_optimizer(model: nn.Module, p: LocalTrainParams) -> torch.optim.Optimiz
     combination coefficients have their own learning rate) says so through ``param_groups``."""
     groups = model.param_groups(p.lr, p.weight_decay) if hasattr(model, "param_groups") else \
         [{"params": list(model.parameters()), "lr": p.lr, "weight_decay": p.weight_decay}]
-    return torch.optim.SGD(groups) if p.optimizer == "sgd" else torch.optim.Adam(groups)
+    if p.optimizer == "sgd":
+        return torch.optim.SGD(groups)
+    # fused: one kernel for all parameters instead of ~10 per tensor (a third of a Cora client's step)
+    devices = {q.device.type for g in groups for q in g["params"]}
+    fused = True if devices <= {"cpu", "cuda"} and all(q.is_floating_point() for g in groups for q in g["params"]) else None
+    return torch.optim.Adam(groups, fused=fused)
 
 
 def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:

@@ -29,17 +29,26 @@ def client_seed(seed: int, round: int, call: int, client: int) -> int:
 @contextmanager
 def client_rng(seed: int):
     """Run the body with every global RNG seeded by ``seed``; the caller's RNG states come back after."""
-    cuda = [torch.cuda.current_device()] if torch.cuda.is_available() and torch.cuda.is_initialized() else []
-    py_state, np_state = random.getstate(), np.random.get_state()
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(seed)            # also seeds every CUDA device (lazily when not initialised yet)
-        np.random.seed(seed % 2**32)
-        random.seed(seed)
-        try:
-            yield
-        finally:
-            random.setstate(py_state)
-            np.random.set_state(np_state)
+    # torch.manual_seed and fork_rng also visit every accelerator backend and numpy's legacy get_state builds
+    # a tuple around its 624-word key: ~180 us a call, a tenth of a FedAvg client step on Cora. This does the
+    # same for the CPU generator (and CUDA when it is in use) with the generators' own state objects.
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    cpu_state = torch.default_generator.get_state()
+    cuda_state = torch.cuda.get_rng_state_all() if cuda else None
+    py_state, np_state = random.getstate(), np.random.get_state(legacy=False)
+    torch.default_generator.manual_seed(seed)
+    if cuda or torch.cuda.is_available():
+        torch.cuda.manual_seed_all(seed)      # lazily when CUDA is not initialised yet, as torch.manual_seed
+    np.random.seed(seed % 2**32)
+    random.seed(seed)
+    try:
+        yield
+    finally:
+        torch.default_generator.set_state(cpu_state)
+        if cuda_state is not None:
+            torch.cuda.set_rng_state_all(cuda_state)
+        random.setstate(py_state)
+        np.random.set_state(np_state)
 
 
 def client_key(item: Any, position: int) -> int:

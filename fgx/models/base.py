@@ -78,7 +78,7 @@ class NodeGNN(LayerwiseModel):
 
     def layer(self, i: int, h: torch.Tensor, e, edge_index: torch.Tensor):
         if i > 0 or self.input_dropout:
-            h = nn.functional.dropout(h, self.dropout, self.training)
+            h = dropout(h, self.dropout, self.training)
         return self.convs[i](h, edge_index), e
 
     def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
@@ -87,7 +87,18 @@ class NodeGNN(LayerwiseModel):
     def head(self, h: torch.Tensor, e, edge_index: torch.Tensor, view) -> torch.Tensor:
         if self.classifier is None:
             return h
-        return self.classifier(nn.functional.dropout(h, self.dropout, self.training))
+        return self.classifier(dropout(h, self.dropout, self.training))
+
+
+def dropout(h: torch.Tensor, p: float, training: bool) -> torch.Tensor:
+    """Inverted dropout, as ``nn.functional.dropout``, drawn from uniforms: on CPU torch's dropout samples
+    its mask with ``bernoulli_``, about 3x slower than ``rand_like`` at a GNN layer's size (180 vs 60 us on a
+    270 x 64 activation), which was a tenth of a FedAvg step on a Cora client (issue #26)."""
+    if not training or p == 0.0:
+        return h
+    if p >= 1.0:
+        return h * 0.0
+    return h * (torch.rand_like(h) >= p) * (1.0 / (1.0 - p))
 
 
 def dims(p: GNNParams, in_dim: int, out_dim: int) -> list[tuple[int, int]]:

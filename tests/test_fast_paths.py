@@ -1,5 +1,5 @@
-"""The fast paths of issue #26 compute what the library code they replace computes: fgx's GCN layer
-against PyG's GCNConv (outputs and gradients), the per-tensor cache of sparse matrices, the CSR
+"""The fast paths of issue #26 compute what the library code they replace computes: fgx's GCN and
+GraphSAGE layers against PyG's GCNConv and SAGEConv (outputs and gradients), the per-tensor cache of sparse matrices, the CSR
 product of sparse input features, the uniform-drawn dropout and the lean client RNG scope."""
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from fgx.federation.executor import client_rng
 from fgx.models import sparse
 from fgx.models.base import GNNParams, dropout
 from fgx.models.gcn import build_gcn
+from fgx.models.sage import build_sage
 
 
 def graph(n: int = 40, e: int = 150, f: int = 30, seed: int = 0, density: float = 0.02):
@@ -27,7 +28,7 @@ def graph(n: int = 40, e: int = 150, f: int = 30, seed: int = 0, density: float 
 
 
 def pyg_reference(model, data):
-    """The same layers through PyG's own GCNConv forward (normalising the graph itself)."""
+    """The same layers through PyG's own GCNConv / SAGEConv forward (aggregating over edge_index itself)."""
     h = data.x
     for i, conv in enumerate(model.convs):
         h = conv(h, data.edge_index)
@@ -36,12 +37,14 @@ def pyg_reference(model, data):
     return model.classifier(h) if model.classifier is not None else h
 
 
+@pytest.mark.parametrize("build", [build_gcn, build_sage])
 @pytest.mark.parametrize("classifier", ["none", "linear"])
-def test_gcn_layer_equals_pyg_gcnconv_in_outputs_and_gradients(classifier):
+def test_layers_equal_pygs_convolutions_in_outputs_and_gradients(build, classifier):
     torch.manual_seed(0)
     data = graph()
+    data.edge_index = data.edge_index[:, data.edge_index[1] != 7]   # node 7 has no in-neighbours
     assert sparse.sparse_input(data.x) is not None          # this input takes the CSR path
-    model = build_gcn(GNNParams(classifier=classifier, dropout=0.0), 30, 4, None)
+    model = build(GNNParams(classifier=classifier, dropout=0.0), 30, 4, None)
     out, ref = model(data), pyg_reference(model, data)
     assert torch.allclose(out, ref, atol=1e-5)
     g_out = torch.autograd.grad(out.pow(2).sum(), list(model.parameters()))
@@ -50,9 +53,10 @@ def test_gcn_layer_equals_pyg_gcnconv_in_outputs_and_gradients(classifier):
         assert torch.allclose(a, b, atol=1e-5)
 
 
-def test_gcn_gradient_wrt_features_and_second_order():
+@pytest.mark.parametrize("build", [build_gcn, build_sage])
+def test_gradient_wrt_features_and_second_order(build):
     data = graph(n=12, e=30, f=5, density=1.0)
-    model = build_gcn(GNNParams(classifier="none", dropout=0.0, hidden=6), 5, 3, None).double()
+    model = build(GNNParams(classifier="none", dropout=0.0, hidden=6), 5, 3, None).double()
     x = data.x.double().requires_grad_(True)          # requires grad: the dense input path
     ei = data.edge_index
 

@@ -108,7 +108,7 @@ def dims(p: GNNParams, in_dim: int, out_dim: int) -> list[tuple[int, int]]:
     return list(zip(sizes[:-1], sizes[1:]))
 
 
-def node_gnn(p: GNNParams, convs: list[nn.Module], out_dim: int) -> NodeGNN:
-    """A NodeGNN from ``convs`` built over :func:`dims`, with the classifier ``p`` asks for."""
+def node_gnn(p: GNNParams, convs: list[nn.Module], out_dim: int, cls: type = NodeGNN) -> NodeGNN:
+    """A NodeGNN (or subclass ``cls``) from ``convs`` built over :func:`dims`, with the classifier ``p`` asks for."""
     head = nn.Linear(p.hidden, out_dim) if p.classifier == "linear" else None
-    return NodeGNN(convs, p.dropout, head, p.input_dropout)
+    return cls(convs, p.dropout, head, p.input_dropout)

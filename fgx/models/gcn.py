@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 
 from fgx.models import sparse
-from fgx.models.base import GNNParams, NodeGNN, dims, dropout
+from fgx.models.base import GNNParams, NodeGNN, dims, dropout, node_gnn
 from fgx.registry import MODELS
 
 
@@ -29,5 +29,4 @@ class GCN(NodeGNN):
 def build_gcn(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import GCNConv
 
-    head = torch.nn.Linear(p.hidden, out_dim) if p.classifier == "linear" else None
-    return GCN([GCNConv(a, b, cached=False) for a, b in dims(p, in_dim, out_dim)], p.dropout, head, p.input_dropout)
+    return node_gnn(p, [GCNConv(a, b, cached=False) for a, b in dims(p, in_dim, out_dim)], out_dim, GCN)

@@ -1,12 +1,30 @@
-"""GraphSAGE (mean aggregator) from PyG's SAGEConv."""
+"""GraphSAGE (mean aggregator) with PyG's SAGEConv layers (their parameters, names and initialisation).
+
+Each layer computes what ``SAGEConv(aggr="mean")`` computes, lin_l(mean of in-neighbours' h) + lin_r(h),
+as M·(h W_lᵀ) + b_l + h W_rᵀ: the linear map commutes with the mean, so it runs on the narrow side, M
+(fgx.models.sparse.mean_adjacency) is built once per graph, and sparse raw features are multiplied as
+CSR (the same reasons as fgx.models.gcn)."""
 from __future__ import annotations
 
-from fgx.models.base import GNNParams, NodeGNN, dims, node_gnn
+import torch
+
+from fgx.models import sparse
+from fgx.models.base import GNNParams, NodeGNN, dims, dropout, node_gnn
 from fgx.registry import MODELS
+
+
+class SAGE(NodeGNN):
+    def layer(self, i: int, h, e, edge_index):
+        if i > 0 or self.input_dropout:
+            h = dropout(h, self.dropout, self.training)
+        conv = self.convs[i]
+        lin = sparse.linear if i == 0 and not self.input_dropout else torch.nn.functional.linear
+        mean = sparse.propagate(sparse.mean_adjacency(edge_index, h.size(0)), lin(h, conv.lin_l.weight))
+        return mean + conv.lin_l.bias + lin(h, conv.lin_r.weight), e
 
 
 @MODELS.register("sage", params=GNNParams, tasks=("node",))
 def build_sage(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import SAGEConv
 
-    return node_gnn(p, [SAGEConv(a, b) for a, b in dims(p, in_dim, out_dim)], out_dim)
+    return node_gnn(p, [SAGEConv(a, b) for a, b in dims(p, in_dim, out_dim)], out_dim, SAGE)

@@ -53,6 +53,17 @@ def gcn_adjacency(edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tenso
     return per_tensor(edge_index, "gcn_adjacency", build, num_nodes)
 
 
+def mean_adjacency(edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(M, Mᵀ) as CSR, M = D_in^-1 A (row = target node): M h is the mean over each node's in-neighbours
+    (zero for a node without any), what SAGEConv's mean aggregation computes."""
+    def build():
+        src, dst = edge_index
+        deg = torch.zeros(num_nodes, device=edge_index.device).index_add_(
+            0, dst, torch.ones(dst.numel(), device=edge_index.device))
+        return _csr_pair(torch.stack([dst, src]), 1.0 / deg[dst], (num_nodes, num_nodes))
+    return per_tensor(edge_index, "mean_adjacency", build, num_nodes)
+
+
 def sparse_input(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(X, Xᵀ) as CSR when ``x`` is a 2-d input at most SPARSE_INPUT_DENSITY dense, else None."""
     if x.dim() != 2 or x.requires_grad or x.numel() == 0:

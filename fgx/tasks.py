@@ -42,13 +42,15 @@ def local_view(client, task: str, include_cross: bool):
     return view
 
 
+def split_mask(view, task: str, split: str) -> torch.Tensor:
+    """The mask of ``split``'s items over the model's outputs (edges or nodes)."""
+    return getattr(view, f"edge_{split}_mask" if task == "edge" else f"{split}_mask")
+
+
 def targets(view, task: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(mask over the model's outputs, labels of the masked items)."""
-    if task == "edge":
-        mask = getattr(view, f"edge_{split}_mask")
-        return mask, view.edge_y[mask]
-    mask = getattr(view, f"{split}_mask")
-    return mask, view.y[mask]
+    mask = split_mask(view, task, split)
+    return mask, (view.edge_y if task == "edge" else view.y)[mask]
 
 
 def class_weights(labels: torch.Tensor, num_classes: int) -> torch.Tensor:

@@ -14,7 +14,7 @@ from torch import nn
 
 from fgx.config import spec
 from fgx.federation.channel import Message
-from fgx.tasks import SPLITS, class_weights, local_view, targets
+from fgx.tasks import SPLITS, class_weights, local_view, split_mask, targets
 
 
 @dataclass
@@ -207,8 +207,7 @@ def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:
 
 
 def num_train_items(state: ClientState) -> int:
-    mask, _ = targets(state.view, state.task, "train")
-    return int(mask.sum())
+    return int(split_mask(state.view, state.task, "train").sum())
 
 
 def steps_per_round(state: ClientState, p: LocalTrainParams) -> int:

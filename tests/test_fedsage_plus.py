@@ -204,6 +204,34 @@ def test_cross_gradient_is_the_gradient_of_the_nearest_feature_term():
     assert all(w.grad is None for w in gen_j.parameters())
 
 
+def test_cross_gradient_where_nothing_is_generated_is_autograds_zero_without_a_buffer():
+    from fgx.algorithms.base import ClientState
+    from fgx.algorithms.fedsage_plus import (FedSagePlusParams, NeighGen, choose_hidden, counts, cross_gradient,
+                                             impaired_graph, nearest_feature_loss)
+
+    p = FedSagePlusParams(num_pred=2, fgen_hidden=[8], latent_dim=8, encoder_hidden=8, gen_dropout=0.0)
+    view_j = _tiny_view(seed=2)
+    torch.manual_seed(0)
+    gen_i, gen_j = NeighGen(6, p), NeighGen(6, p)
+    with torch.no_grad():                       # dGen predicts < 1 missing neighbour everywhere: counts 0
+        gen_i.dgen.weight.zero_()
+        gen_i.dgen.bias.fill_(0.5)
+    gj = impaired_graph(view_j, choose_hidden(view_j, 0.2, seed=3), p.num_pred)
+    got = cross_gradient(ClientState(1, gj, gen_j, None, "node"), {k: v.clone() for k, v in gen_i.state_dict().items()},
+                         p, seed=5, num_clients=4)
+    gen_i.train()
+    t = gj.train_mask.nonzero().view(-1)
+    num, feats = gen_i(gj.x, gj.edge_index, torch.Generator().manual_seed(5 + 1), t)
+    assert int(counts(num, p.num_pred).sum()) == 0
+    loss = nearest_feature_loss(feats, counts(num, p.num_pred), view_j.x, p.num_pred) / 4
+    names = [k for k, _ in gen_i.named_parameters() if k.startswith("fgen.")]
+    want = torch.autograd.grad(loss, [dict(gen_i.named_parameters())[k] for k in names], allow_unused=True)
+    for k, w in zip(names, want):
+        assert got[k].shape == dict(gen_i.named_parameters())[k].shape
+        assert torch.equal(got[k], torch.zeros_like(got[k])) and (w is None or torch.equal(w, torch.zeros_like(w)))
+        assert got[k].untyped_storage().nbytes() == got[k].element_size()      # one shared zero, no buffer
+
+
 def test_refuses_clients_too_large(run_fgx, tiny_cfg, capsys):
     run = run_fgx(*tiny_cfg, *SMALL, "algorithm.max_client_nodes=10", "rounds=1", expect_rc=2)
     err = capsys.readouterr().err

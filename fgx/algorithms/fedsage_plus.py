@@ -49,6 +49,8 @@ from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.federation.executor import InProcessExecutor
+from fgx.models.base import dropout
+from fgx.models.sage import sage_layer
 from fgx.registry import ALGORITHMS
 
 
@@ -97,15 +99,15 @@ class NeighGen(nn.Module):
         self.fgen = nn.ModuleList([nn.Linear(a, b) for a, b in zip(sizes[:-1], sizes[1:])])
 
     def embed(self, x, edge_index) -> torch.Tensor:
-        z = torch.relu(self.encoder[0](x, edge_index))
-        return torch.relu(self.encoder[1](nn.functional.dropout(z, self.dropout, self.training), edge_index))
+        z = torch.relu(sage_layer(self.encoder[0], x, edge_index, raw_input=True))
+        return torch.relu(sage_layer(self.encoder[1], dropout(z, self.dropout, self.training), edge_index))
 
     def generate(self, z, noise: torch.Generator) -> torch.Tensor:
         """fGen: num_pred feature vectors per embedding, sampled around it (N(0, 1) noise) -> [R, num_pred, F]."""
         h = z + torch.randn(z.shape, generator=noise).to(z.device)
         for lin in self.fgen[:-1]:
             h = torch.relu(lin(h))
-        h = torch.tanh(self.fgen[-1](nn.functional.dropout(h, self.dropout, self.training)))
+        h = torch.tanh(self.fgen[-1](dropout(h, self.dropout, self.training)))
         return h.view(z.size(0), self.num_pred, self.num_features)
 
     def forward(self, x, edge_index, noise: torch.Generator, rows: torch.Tensor | None = None):
@@ -259,14 +261,25 @@ def cross_gradient(state, weights: dict, p: FedSagePlusParams, seed: int, num_cl
     names = fgen_names(gen)
     params = {k: v.detach().to(g.x.device).requires_grad_(k in names) for k, v in weights.items()}
     if t.numel() == 0:
-        return {k: torch.zeros_like(params[k]).cpu() for k in names}
+        return {k: zero_gradient(params[k]) for k in names}
     gen.train()
     torch.manual_seed(seed + state.cid)
     num, feats = functional_call(gen, params, (g.x, g.edge_index, torch.Generator().manual_seed(seed + state.cid), t))
     k = counts(num, p.num_pred, p.count_rounding)
+    if not bool((k > 0).any()):
+        # no node of j gets a generated vector (the counts are piecewise constant in the weights): the
+        # loss is 0 near these weights and so is its gradient, without a backward pass
+        return {k: zero_gradient(params[k]) for k in names}
     loss = p.cross_weight * nearest_feature_loss(feats, k, g.x_all, p.num_pred) / num_clients
     grads = torch.autograd.grad(loss, [params[k] for k in names], allow_unused=True)
     return {k: (gr if gr is not None else torch.zeros_like(params[k])).detach().cpu() for k, gr in zip(names, grads)}
+
+
+def zero_gradient(param: torch.Tensor) -> torch.Tensor:
+    """A zero of ``param``'s shape on the CPU that allocates nothing (an expanded scalar, read-only): the
+    cross-term gradient of a client where nothing was generated (fGen's last layer alone is num_pred·F·2048
+    floats, and a fresh buffer of that size costs more than the step)."""
+    return torch.zeros((), dtype=param.dtype).expand(param.shape)
 
 
 def fed_gen_step(state, p: FedSagePlusParams, seed: int, num_clients: int) -> dict[str, float]:
@@ -406,18 +419,24 @@ class FedSagePlus(FedAvg):
         w = ch.send("neighgen_weights", generator_weights(s), src=s.cid, dst="server", round=0)
         w = ch.broadcast("peer_neighgen", w, [o.cid for o in others], 0)
         step = 1 if isinstance(self.ctx.executor, InProcessExecutor) else len(others)
-        total = None
+        total, first = None, None
         for i in range(0, len(others), step):
             chunk = others[i:i + step]
             grads = self.ctx.executor.map(cross_gradient, chunk, w, p, seed + 1009 * s.cid, m)
             for o, g in zip(chunk, grads):
                 g = ch.send("fgen_gradient", g, src=o.cid, dst="server", round=0)
-                if total is None:
-                    total = {k: v.clone() for k, v in g.items()}
+                # the sum goes into a new buffer (a sent message is never changed), made by the first
+                # addition: each fresh fGen-sized buffer costs more than the addition itself
+                if first is None and total is None:
+                    first = g
+                elif total is None:
+                    total, first = {k: first[k] + v for k, v in g.items()}, None
                 else:
                     for k, v in g.items():
                         total[k].add_(v)
             del grads
+        if total is None:
+            total = {k: v.clone() for k, v in first.items()}
         s.extra["incoming"] = ch.send("fgen_gradient_sum", total, src="server", dst=s.cid, round=0)
 
     def _seed(self, phase: int, epoch: int) -> int:

@@ -13,14 +13,19 @@ from fgx.models.base import GNNParams, NodeGNN, dims, dropout, node_gnn
 from fgx.registry import MODELS
 
 
+def sage_layer(conv, h: torch.Tensor, edge_index: torch.Tensor, raw_input: bool = False) -> torch.Tensor:
+    """``conv(h, edge_index)`` for a mean-aggregating SAGEConv ``conv``; ``raw_input``: h is the graph's own
+    features (constant, maybe sparse: sparse.linear keeps a CSR copy), not a fresh activation."""
+    lin = sparse.linear if raw_input else torch.nn.functional.linear
+    mean = sparse.propagate(sparse.mean_adjacency(edge_index, h.size(0)), lin(h, conv.lin_l.weight))
+    return mean + conv.lin_l.bias + lin(h, conv.lin_r.weight)
+
+
 class SAGE(NodeGNN):
     def layer(self, i: int, h, e, edge_index):
         if i > 0 or self.input_dropout:
             h = dropout(h, self.dropout, self.training)
-        conv = self.convs[i]
-        lin = sparse.linear if i == 0 and not self.input_dropout else torch.nn.functional.linear
-        mean = sparse.propagate(sparse.mean_adjacency(edge_index, h.size(0)), lin(h, conv.lin_l.weight))
-        return mean + conv.lin_l.bias + lin(h, conv.lin_r.weight), e
+        return sage_layer(self.convs[i], h, edge_index, raw_input=i == 0 and not self.input_dropout), e
 
 
 @MODELS.register("sage", params=GNNParams, tasks=("node",))

@@ -30,6 +30,19 @@ def test_undeclared_and_raw_kinds_are_refused():
     ch.send("raw_features", torch.zeros(1), 0, 1, 1)
 
 
+def test_raw_data_is_refused_by_default_whether_marked_by_kind_or_by_flag():
+    # a channel built without features_public refuses raw data (the default is the safe one)
+    ch = Channel({"halo_x": Message(raw=True, reason="declared raw under its own name")})
+    with pytest.raises(ChannelError, match="raw node features"):
+        ch.send("halo_x", torch.zeros(1), 0, 1, 1)
+    with pytest.raises(ChannelError, match="raw node features"):
+        ch.broadcast("halo_x", torch.zeros(1), [0, 1], 1)
+    # a reserved raw kind is refused even where its declaration forgot raw=True
+    ch = Channel({"labels": Message(reason="labels, not flagged raw")})
+    with pytest.raises(ChannelError, match="raw node features"):
+        ch.send("labels", torch.zeros(1), 0, 1, 1)
+
+
 def test_releases_go_through_privacy_and_receiver_gets_the_result():
     class Doubler:
         def release(self, kind, payload, src, round):

@@ -174,19 +174,27 @@ def test_neighgen_losses_decrease_on_a_tiny_graph():
     assert steps[-1]["num"] < steps[0]["num"] and steps[-1]["feat"] > 0     # fGen is trained once counts >= 1
 
 
-def test_cross_gradient_is_the_gradient_of_the_nearest_feature_term():
+def _cross_pair(dgen_bias: float, dgen_weight_zero: bool = False):
+    """Client i's NeighGen (with dGen's bias set) and client j's state on its impaired tiny graph."""
     from fgx.algorithms.base import ClientState
-    from fgx.algorithms.fedsage_plus import (FedSagePlusParams, NeighGen, choose_hidden, counts, cross_gradient,
-                                             impaired_graph, nearest_feature_loss)
+    from fgx.algorithms.fedsage_plus import FedSagePlusParams, NeighGen, choose_hidden, impaired_graph
 
     p = FedSagePlusParams(num_pred=2, fgen_hidden=[8], latent_dim=8, encoder_hidden=8, gen_dropout=0.0)
     view_j = _tiny_view(seed=2)
     torch.manual_seed(0)
     gen_i, gen_j = NeighGen(6, p), NeighGen(6, p)
     with torch.no_grad():
-        gen_i.dgen.bias.fill_(2.0)
+        if dgen_weight_zero:
+            gen_i.dgen.weight.zero_()
+        gen_i.dgen.bias.fill_(dgen_bias)
     gj = impaired_graph(view_j, choose_hidden(view_j, 0.2, seed=3), p.num_pred)
-    state_j = ClientState(1, gj, gen_j, None, "node")
+    return p, view_j, gen_i, gen_j, gj, ClientState(1, gj, gen_j, None, "node")
+
+
+def test_cross_gradient_is_the_gradient_of_the_nearest_feature_term():
+    from fgx.algorithms.fedsage_plus import counts, cross_gradient, nearest_feature_loss
+
+    p, view_j, gen_i, gen_j, gj, state_j = _cross_pair(dgen_bias=2.0)
     weights = {k: v.clone() for k, v in gen_i.state_dict().items()}
     got = cross_gradient(state_j, weights, p, seed=5, num_clients=4)
     assert set(got) == {k for k, _ in gen_i.named_parameters() if k.startswith("fgen.")}
@@ -205,20 +213,11 @@ def test_cross_gradient_is_the_gradient_of_the_nearest_feature_term():
 
 
 def test_cross_gradient_where_nothing_is_generated_is_autograds_zero_without_a_buffer():
-    from fgx.algorithms.base import ClientState
-    from fgx.algorithms.fedsage_plus import (FedSagePlusParams, NeighGen, choose_hidden, counts, cross_gradient,
-                                             impaired_graph, nearest_feature_loss)
+    from fgx.algorithms.fedsage_plus import counts, cross_gradient, nearest_feature_loss
 
-    p = FedSagePlusParams(num_pred=2, fgen_hidden=[8], latent_dim=8, encoder_hidden=8, gen_dropout=0.0)
-    view_j = _tiny_view(seed=2)
-    torch.manual_seed(0)
-    gen_i, gen_j = NeighGen(6, p), NeighGen(6, p)
-    with torch.no_grad():                       # dGen predicts < 1 missing neighbour everywhere: counts 0
-        gen_i.dgen.weight.zero_()
-        gen_i.dgen.bias.fill_(0.5)
-    gj = impaired_graph(view_j, choose_hidden(view_j, 0.2, seed=3), p.num_pred)
-    got = cross_gradient(ClientState(1, gj, gen_j, None, "node"), {k: v.clone() for k, v in gen_i.state_dict().items()},
-                         p, seed=5, num_clients=4)
+    # dGen predicts < 1 missing neighbour everywhere: counts 0
+    p, view_j, gen_i, gen_j, gj, state_j = _cross_pair(dgen_bias=0.5, dgen_weight_zero=True)
+    got = cross_gradient(state_j, {k: v.clone() for k, v in gen_i.state_dict().items()}, p, seed=5, num_clients=4)
     gen_i.train()
     t = gj.train_mask.nonzero().view(-1)
     num, feats = gen_i(gj.x, gj.edge_index, torch.Generator().manual_seed(5 + 1), t)

@@ -37,7 +37,7 @@ def client_rng(seed: int):
     cuda_state = torch.cuda.get_rng_state_all() if cuda else None
     py_state, np_state = random.getstate(), np.random.get_state(legacy=False)
     torch.default_generator.manual_seed(seed)
-    if cuda or torch.cuda.is_available():
+    if torch.cuda.is_available():
         torch.cuda.manual_seed_all(seed)      # lazily when CUDA is not initialised yet, as torch.manual_seed
     np.random.seed(seed % 2**32)
     random.seed(seed)

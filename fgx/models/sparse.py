@@ -1,4 +1,4 @@
-"""Sparse matrices built once per tensor, and the two products fgx's GCN computes with them.
+"""Sparse matrices built once per tensor, and the products fgx's GCN and GraphSAGE layers compute with them.
 
 A client's graph and its raw features are the same tensors at every step and every evaluation, so
 the normalised adjacency (as CSR, with its transpose for the backward pass) and a CSR copy of sparse
@@ -28,7 +28,7 @@ def per_tensor(t: torch.Tensor, kind: str, build, *extra):
     if hit is not None and hit[0]() is t:
         return hit[1]
     value = build()
-    for k in [k for k in _CACHE if k[:2] == key[:2]]:       # an older version of the same tensor
+    for k in [k for k in list(_CACHE) if k[:2] == key[:2]]:   # an older version of the same tensor
         del _CACHE[k]
     _CACHE[key] = (weakref.ref(t), value)
     weakref.finalize(t, _CACHE.pop, key, None)
@@ -57,9 +57,10 @@ def mean_adjacency(edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tens
     """(M, Mᵀ) as CSR, M = D_in^-1 A (row = target node): M h is the mean over each node's in-neighbours
     (zero for a node without any), what SAGEConv's mean aggregation computes."""
     def build():
+        from torch_geometric.utils import degree
+
         src, dst = edge_index
-        deg = torch.zeros(num_nodes, device=edge_index.device).index_add_(
-            0, dst, torch.ones(dst.numel(), device=edge_index.device))
+        deg = degree(dst, num_nodes)
         return _csr_pair(torch.stack([dst, src]), 1.0 / deg[dst], (num_nodes, num_nodes))
     return per_tensor(edge_index, "mean_adjacency", build, num_nodes)
 

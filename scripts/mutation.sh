@@ -37,8 +37,28 @@ skip = sorted(str(p.relative_to(work)) for p in (work / "fgx").rglob("*.py")
 # loggers and reports only; MUTATION_TESTS="tests/a.py tests/b.py" picks others
 skip_tests = {"test_reliability.py", "test_scaling.py", "test_loggers.py", "test_hostile_inputs.py",
               "test_config.py", "test_report.py", "test_repro.py"}
+# Packages used by every run (a partitioner, a privacy hook, an algorithm) are mapped by mutmut to
+# hundreds of integration runs (test_run, test_docs, the tables), and each surviving mutant re-runs all
+# of them: hours per package. For those, the package's own unit, mechanism and audit tests run; they are
+# the tests meant to tell that the method is wrong, and a mutant they miss is counted as surviving even
+# if an integration test would have noticed it (so the score is a lower bound of the whole suite's).
+focused = {
+    "fgx/partition": "partition mechanism_partition recsys_data aml_by_bank mafalda mechanism_gossip fedgsp "
+                     "parallel_data hostile_files accuracy_floors",
+    "fgx/privacy": "dp_fedavg metric_dp_accounting mechanism_ce_fedgnn mechanism_fedavg mechanism_gossip mafalda "
+                   "privacy_audit privacy_coverage ce_fedgnn channel early_checks",
+    "fgx/algorithms": "mechanism_fedavg mechanism_ce_fedgnn mechanism_gossip mechanism_recsys mechanism_personalised "
+                      "baselines edge_baselines fedgsp fedgsp_baselines fedsage_plus ce_fedgnn swift_fedgnn dp_fedavg "
+                      "eval_model accuracy_floors privacy_audit unlearning mafalda recsys_fedmf recsys_lpsfed "
+                      "recsys_fedrec_baselines recsys_graph_models",
+}
 chosen = os.environ.get("MUTATION_TESTS", "").split()
+if not chosen and pkg in focused:
+    chosen = [f"tests/test_{name}.py" for name in focused[pkg].split()]
 tests = chosen or sorted(f"tests/{p.name}" for p in (work / "tests").glob("test_*.py") if p.name not in skip_tests)
+missing = [t for t in tests if not (work / t).exists()]
+if missing:
+    sys.exit(f"mutation.sh: no such test file: {' '.join(missing)}")
 # everything else the tests read (conf/, docs/, scripts/, README.md, ...) goes into mutants/ too
 others = sorted(p.name + ("/" if p.is_dir() else "") for p in work.iterdir()
                 if p.name not in ("fgx", "tests", "mutants", "pyproject.toml") and not p.name.startswith("mutmut"))

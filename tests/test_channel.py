@@ -63,3 +63,61 @@ def test_auditor_sees_every_payload():
     ch.send("w", torch.zeros(1), 0, "server", 1)
     ch.broadcast("w", torch.zeros(1), [0, 1], 1)
     assert seen == ["w", "w", "w"]
+
+
+# The tests below were written from the survivors of `scripts/mutation.sh fgx/federation/channel.py`
+# (docs/mutation/fgx_federation_channel_py.md): each pins a detail of the channel's contract.
+
+def test_payload_bytes_of_every_payload_shape():
+    t = torch.zeros(3, dtype=torch.float32)
+    assert payload_bytes([t, t]) == payload_bytes((t, t)) == 24
+    assert payload_bytes({"a": [t, 1.5], "b": None}) == 12 + 8
+    assert payload_bytes(7) == payload_bytes(0.5) == payload_bytes(True) == 8
+    assert payload_bytes(None) == 0
+    with pytest.raises(ChannelError, match="payload of type str cannot be sent"):
+        payload_bytes("a string")
+
+
+def test_payload_tensors_walks_dicts_lists_and_tuples_in_order():
+    from fgx.federation.channel import payload_tensors
+    a, b, c = torch.zeros(1), torch.ones(2), torch.full((3,), 2.0)
+    found = list(payload_tensors({"x": [a, (b, 3)], "y": c, "z": None}))
+    assert [t.numel() for t in found] == [1, 2, 3]
+    assert all(f is t for f, t in zip(found, (a, b, c)))
+
+
+class _RecordingPrivacy:
+    def __init__(self):
+        self.calls = []
+
+    def release(self, kind, payload, src, round):
+        self.calls.append(("release", kind, src, round))
+        return payload
+
+    def aggregate(self, kind, payload, num_contributors, round):
+        self.calls.append(("aggregate", kind, num_contributors, round))
+        return payload
+
+
+def test_privacy_sees_who_releases_in_which_round_and_only_declared_releases():
+    privacy = _RecordingPrivacy()
+    ch = Channel({"emb": Message(release=True), "w": Message()}, privacy=privacy)
+    ch.send("emb", torch.ones(1), src=4, dst="server", round=3)
+    ch.broadcast("emb", torch.ones(1), dsts=[0, 1], round=5)
+    ch.broadcast("emb", torch.ones(1), dsts=[0], round=6, src=2)
+    ch.send("w", torch.ones(1), src=4, dst="server", round=3)        # not a release: privacy never sees it
+    ch.broadcast("w", torch.ones(1), dsts=[0, 1], round=5)
+    ch.aggregate("w", torch.ones(1), num_contributors=7, round=8)
+    assert privacy.calls == [("release", "emb", 4, 3), ("release", "emb", "server", 5),
+                             ("release", "emb", 2, 6), ("aggregate", "w", 7, 8)]
+
+
+def test_broadcasts_accumulate_and_the_auditor_sees_each_receiver():
+    seen = []
+    ch = Channel({"g": Message()}, auditor=lambda kind, payload, src, dst, round: seen.append((src, dst, round)))
+    ch.broadcast("g", torch.zeros(2), dsts=iter([0, 1]), round=1)
+    ch.broadcast("g", torch.zeros(2), dsts=[2], round=1)
+    assert ch.round_bytes(1) == {"g": 3 * 8}
+    assert ch.report()["messages"] == {"g": 3}
+    assert seen == [("server", 0, 1), ("server", 1, 1), ("server", 2, 1)]
+    assert ch.round_bytes(99) == {}

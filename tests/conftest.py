@@ -91,3 +91,14 @@ def _records_stay_out_of_the_repository(monkeypatch, tmp_path_factory):
     """`fgx repro` and `fgx tune` write results/*.json next to conf/; in tests they go to a temporary
     folder (a test of the committed records reads the repository's own with monkeypatch.delenv)."""
     monkeypatch.setenv("FGX_RESULTS_DIR", str(tmp_path_factory.mktemp("results")))
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under scripts/mutation.sh: each mutant's tests run fastest first (durations from mutmut's
+    stats run), so the first failing test, which ends the mutant's run, tends to come early."""
+    stats = os.environ.get("FGX_MUTATION_STATS")
+    if stats and os.path.exists(stats):
+        import json
+
+        durations = json.loads(Path(stats).read_text()).get("duration_by_test", {})
+        items.sort(key=lambda item: durations.get(item.nodeid, float("inf")))

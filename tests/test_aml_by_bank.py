@@ -79,3 +79,27 @@ def test_refuses_more_clients_than_banks_and_data_without_banks(tiny):
     with pytest.raises(DataError, match="node_bank"):
         by_bank(ByBankParams(), Data(x=torch.ones(3, 1), edge_index=torch.zeros(2, 0, dtype=torch.long)),
                 tiny.info, 0)
+
+
+def test_bank_loads_count_transactions_touching_each_bank_once():
+    from torch_geometric.data import Data
+
+    from fgx.partition.by_bank import bank_loads
+
+    # banks 5, 7, 9, 11 -> indices 0..3; bank 11 sends only inside itself, bank 9 only receives
+    data = Data(edge_index=torch.tensor([[0, 0, 3, 2, 5], [1, 2, 4, 0, 6]]), num_nodes=7)
+    data.node_bank = torch.tensor([5, 5, 7, 7, 9, 11, 11])
+    banks, load = bank_loads(data, "edges")
+    assert banks.tolist() == [5, 7, 9, 11]
+    # (0,1) inside 5; (0,2) 5->7; (3,4) 7->9; (2,0) 7->5; (5,6) inside 11
+    assert load.tolist() == [3, 3, 1, 1]
+    assert bank_loads(data, "nodes")[1].tolist() == [2, 2, 1, 2]
+
+
+def test_assign_banks_is_largest_first_and_random_is_the_seeded_permutation():
+    # largest first: 10 -> client 0, 7 -> client 1, then 1 -> client 1 (index order would give [0, 1, 0])
+    assert assign_banks(torch.tensor([1, 10, 7]), 2, "edges", 0).tolist() == [1, 0, 1]
+    load = torch.arange(9)
+    want = torch.randperm(9, generator=torch.Generator().manual_seed(3)) % 4
+    assert torch.equal(assign_banks(load, 4, "random", 3), want)
+    assert torch.equal(assign_banks(load, 4, "random", 3), want)

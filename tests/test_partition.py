@@ -161,3 +161,141 @@ def test_louvain_cap_cuts_large_communities_into_connected_pieces():
     shuffled = nx.relabel_nodes(nx.path_graph(8), {i: [5, 0, 7, 2, 6, 1, 4, 3][i] for i in range(8)})
     for piece in cap_communities(shuffled, [list(range(8))], cap=3):
         assert nx.is_connected(shuffled.subgraph(piece)), piece
+
+
+def test_file_partition_config_errors_name_the_problem(tmp_path, monkeypatch):
+    """Each refusal of partitioner.path says what is wrong with it (mutation survivors: the checks
+    were reached but any ConfigError passed)."""
+    from fgx.config import ConfigError
+    from fgx.partition.file import FileParams
+
+    def refusal(path):
+        with pytest.raises(ConfigError) as e:
+            FileParams(path=path).validate("partitioner")
+        return e.value
+
+    e = refusal("")
+    assert (e.key, e.value) == ("partitioner.path", "")
+    assert e.allowed == "the path of a partition file (one client id per node)"
+    e = refusal(str(tmp_path / "clients.csv"))
+    assert e.key == "partitioner.path" and e.allowed == "a file ending in one of ['.pt', '.npy', '.json', '.txt']"
+    e = refusal(str(tmp_path / "missing.pt"))
+    assert e.key == "partitioner.path" and e.allowed == "an existing partition file"
+    (tmp_path / "folder.pt").mkdir()
+    assert refusal(str(tmp_path / "folder.pt")).allowed == "an existing partition file"
+    (tmp_path / "ok.txt").write_text("0\n")
+    FileParams(path=str(tmp_path / "ok.txt")).validate("partitioner")          # accepted: no error
+    monkeypatch.setenv("HOME", str(tmp_path))
+    FileParams(path="~/ok.txt").validate("partitioner")                        # ~ is the user's home
+
+
+def test_file_partition_data_errors_name_the_file_and_the_fault(graph, tmp_path):
+    import numpy as np
+
+    from fgx.partition.file import FileParams, file_partition, read_assignment
+
+    data, info = graph.data, graph.info
+    n = data.num_nodes
+
+    def refusal(path, **kw):
+        with pytest.raises(DataError) as e:
+            file_partition(FileParams(path=str(path), **kw), data, info, seed=0)
+        return str(e.value)
+
+    junk = tmp_path / "junk.pt"
+    junk.write_bytes(b"not a torch file")
+    msg = refusal(junk)
+    assert msg.startswith(f"partition file {junk}: cannot read one client id per node (") and "Error: " in msg
+    flat = tmp_path / "two_d.npy"
+    np.save(flat, np.zeros((2, 3), dtype=np.int64))
+    assert refusal(flat) == (f"partition file {flat}: expected a flat list of integer client ids, got "
+                             f"torch.int64 of shape (2, 3)")
+    flags = tmp_path / "flags.pt"
+    torch.save(torch.zeros(n, dtype=torch.bool), flags)
+    assert "got torch.bool of shape" in refusal(flags)
+    short = tmp_path / "short.json"
+    short.write_text("[0, 1]")
+    assert refusal(short) == (f"partition file {short}: 2 entries, but dataset {info.name} has {n} nodes "
+                              f"(one client id per node, -1 for none)")
+    below = torch.zeros(n, dtype=torch.long)
+    below[3] = -2
+    torch.save(below, tmp_path / "below.pt")
+    assert refusal(tmp_path / "below.pt") == (f"partition file {tmp_path / 'below.pt'}: client ids must be >= 0 "
+                                              f"(or -1 for an unowned node), found -2")
+    torch.save(torch.full((n,), -1), tmp_path / "none.pt")
+    assert refusal(tmp_path / "none.pt") == f"partition file {tmp_path / 'none.pt'}: no node is assigned to a client"
+    two = torch.arange(n) % 2
+    torch.save(two, tmp_path / "two.pt")
+    assert refusal(tmp_path / "two.pt", num_clients=3) == (
+        f"partition file {tmp_path / 'two.pt'} names 2 clients, but partitioner.num_clients=3")
+    # -1 marks a node no client owns; every other node lands in its client, in node order
+    owner = two.clone()
+    owner[:4] = -1
+    torch.save(owner, tmp_path / "gaps.pt")
+    parts = file_partition(FileParams(path=str(tmp_path / "gaps.pt"), num_clients=2), data, info, seed=0)
+    assert [p.tolist() for p in parts] == [list(range(4, n, 2)), list(range(5, n, 2))]
+    assert read_assignment(tmp_path / "gaps.pt").dtype == torch.long
+    (tmp_path / "list.json").write_text("[0, 1, 1]")
+    assert read_assignment(tmp_path / "list.json").tolist() == [0, 1, 1]
+    (tmp_path / "ids.txt").write_text("2\n0 1\n")
+    assert read_assignment(tmp_path / "ids.txt").tolist() == [2, 0, 1]
+
+
+def test_metis_parts_is_pymetis_on_the_symmetric_adjacency_with_the_run_seed():
+    """fgx's CSR for METIS equals one built independently with scipy (undirected, no self loops,
+    a trailing isolated node kept), and the run's seed reaches METIS."""
+    import numpy as np
+    import pymetis
+    import scipy.sparse as sp
+
+    from fgx.partition.metis import metis_parts
+
+    g = load_csbm(CsbmParams(num_nodes=400, num_features=8, avg_degree=6), DataEnv(None, 0, logging.getLogger()))
+    ei = torch.cat([g.data.edge_index, torch.tensor([[7, 9], [7, 3]])], dim=1)   # a self loop, a one-way edge
+    n = 401                                                                          # node 400 has no edge
+    a = sp.coo_matrix((np.ones(ei.size(1)), (ei[0].numpy(), ei[1].numpy())), shape=(n, n)).tocsr()
+    a = ((a + a.T) > 0).astype(np.int8)
+    a.setdiag(0)
+    a.eliminate_zeros()
+    a.sort_indices()
+    results = set()
+    for seed in range(3):
+        got = metis_parts(ei, n, 5, seed)
+        _, want = pymetis.part_graph(5, xadj=a.indptr, adjncy=a.indices, options=pymetis.Options(seed=seed))
+        assert got.tolist() == list(want), seed
+        results.add(tuple(got.tolist()))
+    assert len(results) > 1                      # the seed changes METIS's answer on this graph
+    one = metis_parts(ei, n, 1, 0)
+    assert one.dtype == np.int64 and one.shape == (n,) and not one.any()
+
+
+def test_random_users_errors_and_one_user_per_client():
+    from torch_geometric.data import Data
+
+    from fgx.partition.random_users import RandomUsersParams, check_bipartite, random_users
+
+    # 3 users (0-2), items 3-5; three clients get exactly one user each, plus that user's items
+    data = Data(edge_index=torch.tensor([[0, 1, 2, 2], [3, 4, 4, 5]]), num_nodes=6)
+    data.num_users = 3
+    parts = random_users(RandomUsersParams(num_clients=3), data, None, seed=0)
+    owned_users = sorted(int(p[0]) for p in parts)
+    assert owned_users == [0, 1, 2]
+    items = {int(p[0]): sorted(p[1:].tolist()) for p in parts}
+    assert items == {0: [3], 1: [4], 2: [4, 5]}
+    with pytest.raises(DataError) as e:
+        random_users(RandomUsersParams(num_clients=4), data, None, seed=0)
+    assert str(e.value) == "client 3 got no users (partitioner.num_clients=4 too large?)"
+    with pytest.raises(DataError) as e:
+        check_bipartite(Data(edge_index=torch.zeros(2, 0, dtype=torch.long), num_nodes=2), "random_users")
+    assert str(e.value) == "partitioner 'random_users' needs a user-item (ranking) dataset"
+
+
+def test_metis_overlapping_accepts_multiples_of_samples_per_part_only():
+    from fgx.config import ConfigError
+    from fgx.partition.metis_overlapping import MetisOverlappingParams
+
+    MetisOverlappingParams(num_clients=10, samples_per_part=5).validate("partitioner")
+    with pytest.raises(ConfigError) as e:
+        MetisOverlappingParams(num_clients=12, samples_per_part=5).validate("partitioner")
+    assert (e.value.key, e.value.value) == ("partitioner.num_clients", 12)
+    assert e.value.allowed == "a multiple of samples_per_part=5 (e.g. 10, 30, 50)"

@@ -1,6 +1,7 @@
-"""One registry per config group. Components register themselves on import; a registry imports
-every module of its package the first time it is asked for its contents, so adding a file to
-``fgx/<group>/`` is all it takes to add a component."""
+"""One registry per config group. Components register themselves on import. Asked for ``X``, a
+registry imports ``fgx/<group>/X.py``, and every module of its package only when that does not
+register ``X`` (or when asked for all names), so adding a file to ``fgx/<group>/`` is all it takes
+to add a component, and a run imports only what it uses."""
 from __future__ import annotations
 
 import dataclasses
@@ -53,15 +54,31 @@ class Registry:
         self._load()
         return sorted(self._entries)
 
+    def _load_one(self, name: str) -> None:
+        """``name``'s own module (``algorithm=fedavg`` lives in ``fgx/algorithms/fedavg.py``), so that a
+        run imports the components it uses and not every other one (and their libraries: start-up)."""
+        if name in self._entries or self._loaded or not name.isidentifier():
+            return
+        module = f"{self.package}.{name}"
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError as e:
+            if e.name != module:
+                raise
+
     def get(self, name: str) -> Entry:
-        self._load()
+        self._load_one(name)
+        if name not in self._entries:
+            self._load()
         if name not in self._entries:
             from fgx.config import ConfigError
             raise ConfigError(f"{self.group}.name", name, f"one of {self.names()}")
         return self._entries[name]
 
     def __contains__(self, name: str) -> bool:
-        self._load()
+        self._load_one(name)
+        if name not in self._entries:
+            self._load()
         return name in self._entries
 
 

@@ -129,3 +129,30 @@ def test_client_rng_seeds_every_global_generator_and_restores_the_callers():
     np.random.randn()
     assert torch.equal(after[0], torch.rand(2)) and np.array_equal(after[1], np.random.randn(3))
     assert after[2] == random.random()
+
+
+def test_a_registry_imports_the_components_a_run_uses_and_falls_back_to_all():
+    """Start-up: ``get("fedavg")`` imports fgx/algorithms/fedavg.py, not the other 25 algorithms (and
+    their libraries); a name registered in a module of another name is still found."""
+    import subprocess
+    import sys
+
+    code = """
+import sys
+from fgx.registry import ALGORITHMS, EXECUTORS, PRIVACY, UNLEARNING
+ALGORITHMS.get("fedavg"); PRIVACY.get("none"); UNLEARNING.get("none")
+loaded = sorted(m for m in sys.modules if m.startswith(("fgx.algorithms.", "fgx.privacy.", "fgx.unlearning.")))
+print(loaded)
+assert "fgx.algorithms.fedsage_plus" not in loaded and "fgx.privacy.mf.solver" not in loaded, loaded
+assert "fgx.unlearning.certified" not in loaded, loaded
+assert EXECUTORS.get("local").module == "fgx.federation.executor"       # registered in executor.py
+assert "fedsage_plus" in ALGORITHMS.names()
+try:
+    ALGORITHMS.get("nope")
+except Exception as e:
+    assert "fedavg" in str(e) and "fedsage_plus" in str(e), e
+else:
+    raise AssertionError("unknown algorithm accepted")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stdout + r.stderr

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fgx.config import ConfigError, spec
-from fgx.registry import PRIVACY
 
 
 @dataclass
@@ -146,18 +145,3 @@ def check_coverage(validated) -> Coverage:
                           f"'{algo_name}' sends. Use privacy=none, or declare those kinds public explicitly: "
                           f"privacy.public_messages=[{listed}] (privacy.json then says the ε does not cover them)")
     return cov
-
-
-@dataclass
-class NoPrivacyParams(PrivacyParams):
-    pass
-
-
-@PRIVACY.register("none", params=NoPrivacyParams)
-class NoPrivacy(PrivacyMechanism):
-    name = "none"
-    accounts = False
-
-    def report(self) -> dict:
-        return {"mechanism": "none", "budget_spent": None,
-                "note": "no privacy mechanism: messages are sent as computed"}

@@ -178,9 +178,11 @@ def test_file_partition_config_errors_name_the_problem(tmp_path, monkeypatch):
     assert (e.key, e.value) == ("partitioner.path", "")
     assert e.allowed == "the path of a partition file (one client id per node)"
     e = refusal(str(tmp_path / "clients.csv"))
-    assert e.key == "partitioner.path" and e.allowed == "a file ending in one of ['.pt', '.npy', '.json', '.txt']"
+    assert (e.key, e.value) == ("partitioner.path", str(tmp_path / "clients.csv"))
+    assert e.allowed == "a file ending in one of ['.pt', '.npy', '.json', '.txt']"
     e = refusal(str(tmp_path / "missing.pt"))
-    assert e.key == "partitioner.path" and e.allowed == "an existing partition file"
+    assert (e.key, e.value) == ("partitioner.path", str(tmp_path / "missing.pt"))
+    assert e.allowed == "an existing partition file"
     (tmp_path / "folder.pt").mkdir()
     assert refusal(str(tmp_path / "folder.pt")).allowed == "an existing partition file"
     (tmp_path / "ok.txt").write_text("0\n")
@@ -206,6 +208,13 @@ def test_file_partition_data_errors_name_the_file_and_the_fault(graph, tmp_path)
     junk.write_bytes(b"not a torch file")
     msg = refusal(junk)
     assert msg.startswith(f"partition file {junk}: cannot read one client id per node (") and "Error: " in msg
+    # files are read without unpickling: a pickled numpy array in a .pt, an object array in a .npy
+    pickled = tmp_path / "pickled.pt"
+    torch.save(np.arange(n) % 2, pickled)
+    assert "(UnpicklingError: Weights only load failed" in refusal(pickled)
+    objects = tmp_path / "objects.npy"
+    np.save(objects, np.array([0, 1] * (n // 2), dtype=object), allow_pickle=True)
+    assert "(ValueError: Object arrays cannot be loaded when allow_pickle=False)" in refusal(objects)
     flat = tmp_path / "two_d.npy"
     np.save(flat, np.zeros((2, 3), dtype=np.int64))
     assert refusal(flat) == (f"partition file {flat}: expected a flat list of integer client ids, got "
@@ -299,3 +308,67 @@ def test_metis_overlapping_accepts_multiples_of_samples_per_part_only():
         MetisOverlappingParams(num_clients=12, samples_per_part=5).validate("partitioner")
     assert (e.value.key, e.value.value) == ("partitioner.num_clients", 12)
     assert e.value.allowed == "a multiple of samples_per_part=5 (e.g. 10, 30, 50)"
+
+
+def test_cap_communities_cuts_breadth_first_from_the_lowest_id_and_keeps_every_node():
+    import networkx as nx
+
+    from fgx.partition.louvain import cap_communities
+
+    g = nx.Graph()
+    g.add_edges_from([(0, 3), (0, 1), (1, 2), (3, 4), (5, 6)])   # node 0 lists neighbour 3 before 1
+    # breadth-first with sorted neighbours: 0, 1, 3, 2, 4, then the separate part 5, 6
+    assert cap_communities(g, [[0, 1, 2, 3, 4, 5, 6]], cap=2) == [[0, 1], [2, 3], [4, 5], [6]]
+    assert cap_communities(g, [[0, 1], [2, 3, 4]], cap=3) == [[0, 1], [2, 3, 4]]   # at the cap: kept whole
+
+
+def _path_graph(task, symmetric=True):
+    """0-1-2-3-4 and 3-5: clients A [0, 1], B [2, 3], C [4]; node 5 is owned by nobody."""
+    from torch_geometric.data import Data
+
+    from fgx.data.base import DatasetInfo
+
+    one_way = torch.tensor([[0, 1, 2, 3, 3], [1, 2, 3, 4, 5]])
+    ei = torch.cat([one_way, one_way.flip(0)], dim=1) if symmetric else one_way
+    data = Data(x=torch.arange(12.0).view(6, 2), y=torch.tensor([0, 1, 0, 1, 0, 1]), edge_index=ei, num_nodes=6)
+    return data, DatasetInfo("path", task, 2, "accuracy", "generated")
+
+
+def test_client_views_and_partition_statistics_on_a_hand_counted_graph():
+    from fgx.partition.base import build_clients, partition_stats
+
+    parts = [torch.tensor([0, 1]), torch.tensor([3, 2]), torch.tensor([4])]
+    data, info = _path_graph("node")
+    clients = build_clients(data, info, parts)
+    assert [c.halo.tolist() for c in clients] == [[2], [1, 4, 5], [3]]
+    # undirected node task: each edge counted once
+    assert [(c.stats["internal_edges"], c.stats["cross_edges"]) for c in clients] == [(1, 1), (1, 3), (0, 1)]
+    assert clients[1].data.edge_index.tolist() == [[0, 1], [1, 0]]            # 2-3 in B's local ids
+    stats = partition_stats(data, info, clients)
+    assert {k: v for k, v in stats.items() if k != "clients"} == {
+        "num_clients": 3, "nodes_unowned": 1, "nodes_owned_more_than_once": 0,
+        "cross_client_edges": 3, "ls_ratio": 4.0}                            # 1-2, 3-4, 3-5; 4 / 1
+    assert type(stats["cross_client_edges"]) is int
+    # an edge task counts directed edges, even where the list is symmetric
+    data, info = _path_graph("edge")
+    clients = build_clients(data, info, parts)
+    assert [(c.stats["internal_edges"], c.stats["cross_edges"]) for c in clients] == [(2, 2), (2, 6), (0, 2)]
+    assert partition_stats(data, info, clients)["cross_client_edges"] == 6
+    data, info = _path_graph("edge", symmetric=False)
+    assert partition_stats(data, info, build_clients(data, info, parts))["cross_client_edges"] == 3
+    # a node owned twice: counted, and the cut is not defined
+    data, info = _path_graph("node")
+    overlap = partition_stats(data, info, build_clients(data, info, [torch.tensor([0, 1, 2]), parts[1], parts[2]]))
+    assert (overlap["nodes_owned_more_than_once"], overlap["nodes_unowned"], overlap["cross_client_edges"]) == (1, 1, None)
+
+
+def test_build_clients_refuses_empty_partitions_with_their_reason():
+    from fgx.partition.base import build_clients
+
+    data, info = _path_graph("node")
+    with pytest.raises(DataError) as e:
+        build_clients(data, info, [])
+    assert str(e.value) == "the partitioner produced no clients"
+    with pytest.raises(DataError) as e:
+        build_clients(data, info, [torch.tensor([0]), torch.tensor([], dtype=torch.long)])
+    assert str(e.value) == "client 1 owns no nodes (more clients than the graph can fill?)"

@@ -3,6 +3,7 @@
 #
 #   scripts/mutation.sh fgx/algorithms          # also: fgx/privacy, fgx/partition, fgx/federation/channel.py
 #   scripts/mutation.sh fgx/partition --report  # rewrite the report from the last run's results
+#   scripts/mutation.sh fgx/partition --recheck # re-run the last run's survivors against today's tests
 #
 # mutmut changes one thing at a time in the package's code (an operator, a constant, a dropped call)
 # and runs, for each such mutant, the fast-suite tests that execute the mutated function (mutmut maps
@@ -21,9 +22,9 @@ py="${PYTHON:-python}"
 "$py" -c "import mutmut" 2>/dev/null || { echo "mutation.sh: mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
 name="$(echo "$pkg" | tr '/.' '__')"
 work="${FGX_MUTATION_DIR:-${TMPDIR:-/tmp}/fgx-mutation/$name}"
-report_only=""
-[ "${2:-}" = "--report" ] && report_only=1
-if [ -n "$report_only" ]; then
+mode="${2:-}"
+case "$mode" in ""|--report|--recheck) ;; *) echo "mutation.sh: unknown option $mode (--report, --recheck)" >&2; exit 2;; esac
+if [ -n "$mode" ]; then
   [ -d "$work/mutants" ] || { echo "mutation.sh: no earlier run in $work" >&2; exit 2; }
 else
 rm -rf "$work" && mkdir -p "$work"
@@ -82,11 +83,33 @@ export FGX_SHARED_DATA="${FGX_SHARED_DATA:-$(cd "$repo/.." && pwd)/shared/data}"
 export CI=true OMP_NUM_THREADS="${OMP_NUM_THREADS:-1}"
 export FGX_MUTATION_STATS="$work/mutants/mutmut-stats.json"   # tests/conftest.py: fastest tests first
 unset PYTHONPATH                      # the tests must import the mutated copy, not the repository
+commit="$(git -C "$repo" rev-parse --short HEAD)$(git -C "$repo" diff --quiet HEAD -- fgx tests || echo +changes)"
 cd "$work"
-if [ -z "$report_only" ]; then
+if [ -z "$mode" ]; then
   start=$(date +%s)
   "$py" -m mutmut run --max-children "${MUTMUT_CHILDREN:-1}" > mutmut.log 2>&1 || { tail -30 mutmut.log >&2; exit 1; }
   echo $(( $(date +%s) - start )) > mutmut.seconds
+  echo "$commit" > mutmut.commit
+  rm -f mutmut.recheck mutmut.rerun.json
+elif [ "$mode" = --recheck ]; then
+  # tests written since (e.g. for the survivors) go into the scratch copy; the mutated code stays the
+  # run's. mutmut maps the new tests in a stats run of its own, then re-runs each survivor.
+  cp "$repo"/tests/*.py tests/ && cp "$repo"/tests/*.py mutants/tests/
+  # survivors, and timed-out mutants that passed when run alone (forgotten here: the report re-runs them)
+  survivors=$("$py" -c '
+import json, pathlib
+rerun_file = pathlib.Path("mutmut.rerun.json")
+rerun = json.loads(rerun_file.read_text()) if rerun_file.exists() else {}
+for meta in pathlib.Path("mutants").rglob("*.meta"):
+    for k, code in json.loads(meta.read_text()).get("exit_code_by_key", {}).items():
+        if k.startswith("fgx.") and (code in (0, 33) or rerun.get(k) == "survived"):
+            print(k)
+rerun_file.write_text(json.dumps({k: v for k, v in rerun.items() if v != "survived"}, indent=1))')
+  start=$(date +%s)
+  # shellcheck disable=SC2086
+  [ -z "$survivors" ] || "$py" -m mutmut run --max-children "${MUTMUT_CHILDREN:-1}" $survivors > mutmut-recheck.log 2>&1 \
+    || { tail -30 mutmut-recheck.log >&2; exit 1; }
+  echo "$commit $(( $(date +%s) - start ))" > mutmut.recheck
 fi
 secs=$(cat mutmut.seconds)
 "$py" - "$repo" "$pkg" "$secs" <<'EOF'
@@ -113,8 +136,15 @@ for meta in Path("mutants").rglob("*.meta"):
 # a fresh process with its mapped tests and a generous limit: it stays a kill only if the tests fail
 # or hang again.
 stats = json.loads(Path("mutants/mutmut-stats.json").read_text())
-rerun = {}
+rerun_file = Path("mutmut.rerun.json")      # kept, so that --report and --recheck do not wait on hangs again
+rerun = json.loads(rerun_file.read_text()) if rerun_file.exists() else {}
 for mutant in timeouts:
+    if mutant in rerun:
+        if rerun[mutant] == "survived":
+            status["timeout"] -= 1
+            status["survived"] += 1
+            survivors.append((mutant, "survived"))
+        continue
     tests = sorted(stats["tests_by_mangled_function_name"].get(mutant.rsplit("__mutmut_", 1)[0], []))
     limit = max(300.0, 20 * sum(stats["duration_by_test"].get(t, 1.0) for t in tests))
     env = {**os.environ, "MUTANT_UNDER_TEST": mutant}
@@ -128,7 +158,9 @@ for mutant in timeouts:
         status["timeout"] -= 1
         status["survived"] += 1
         survivors.append((mutant, "survived"))
+rerun_file.write_text(json.dumps(rerun, indent=1))
 timeouts = [m for m in timeouts if rerun[m] != "survived"]
+rerun = {m: rerun[m] for m in rerun if m in timeouts or rerun[m] == "survived"}
 killed = status["killed"] + status["timeout"]
 checked = killed + status["survived"] + status["no tests"]
 score = 100.0 * killed / checked if checked else float("nan")
@@ -137,7 +169,13 @@ out = repo / "docs" / "mutation" / f"{name}.md"
 out.parent.mkdir(parents=True, exist_ok=True)
 lines = [f"# Mutation testing: `{pkg}`", "",
          f"Written by `scripts/mutation.sh {pkg}` (mutmut, fast-suite tests mapped to each mutated function); "
-         f"{secs // 60} min on this machine. Survivors are explained in docs/testing.md.", "",
+         f"{secs // 60} min on this machine, code and tests of commit {Path('mutmut.commit').read_text().strip()}. "
+         f"Survivors are explained in docs/testing.md.", ""]
+if Path("mutmut.recheck").exists():
+    at, took = Path("mutmut.recheck").read_text().split()
+    lines += [f"Survivors of that run were run again against the tests of commit {at} "
+              f"(`scripts/mutation.sh {pkg} --recheck`, {int(took) // 60} min); the counts below are after it.", ""]
+lines += [
          f"**Score: {score:.1f}%** ({killed} killed of {checked}: {status['survived']} survived, "
          f"{status['no tests']} reached by no test; {status['timeout']} of the killed timed out, also when run again "
          f"alone; {len(rerun) - len(timeouts)} that timed out under mutmut passed when run again and are counted "

@@ -372,3 +372,43 @@ def test_build_clients_refuses_empty_partitions_with_their_reason():
     with pytest.raises(DataError) as e:
         build_clients(data, info, [torch.tensor([0]), torch.tensor([], dtype=torch.long)])
     assert str(e.value) == "client 1 owns no nodes (more clients than the graph can fill?)"
+
+
+def test_client_statistics_are_the_hand_counted_ones():
+    from torch_geometric.data import Data
+
+    from fgx.data.base import DatasetInfo
+    from fgx.homophily import adjusted_homophily
+    from fgx.partition.base import build_clients
+
+    parts = [torch.tensor([0, 1]), torch.tensor([2, 3]), torch.tensor([4])]
+    data, info = _path_graph("node")
+    data.x = data.x.double()
+    data.train_mask = torch.tensor([1, 0, 1, 0, 1, 0], dtype=torch.bool)
+    data.val_mask = torch.tensor([0, 1, 0, 0, 0, 0], dtype=torch.bool)
+    data.test_mask = torch.tensor([0, 0, 0, 1, 0, 1], dtype=torch.bool)
+    data.edge_y = torch.ones(data.edge_index.size(1))        # edge labels on a node task are not counted
+    a, b, c = build_clients(data, info, parts)
+    assert a.stats == {"client": 0, "nodes": 2, "halo_nodes": 1, "internal_edges": 1, "cross_edges": 1, "edges": 2,
+                       "label_counts": [1, 1], "edge_homophily": 0.0, "node_homophily": 0.0,
+                       "adjusted_homophily": adjusted_homophily(a.data.edge_index, a.data.y),
+                       "train": 1, "val": 1, "test": 0}
+    assert all(type(a.stats[k]) is int for k in ("internal_edges", "cross_edges", "edges"))
+    assert c.stats["label_counts"] == [1, 0]                   # every class counted, also absent ones
+    assert a.data.num_owned == 2 and a.data.x.dtype == torch.float64
+    assert a.data.x.tolist() == [[0.0, 1.0], [2.0, 3.0], [0.0, 0.0]] and a.data.y.tolist() == [0, 1, -1]
+    # one class: still counted; no classes (regression, a [N, 1] target): no label statistics
+    one = build_clients(data, DatasetInfo("path", "node", 1, "accuracy", "generated"), parts)[2]
+    assert one.stats["label_counts"] == [1]
+    reg = Data(x=data.x, y=torch.arange(6.0).view(6, 1), edge_index=data.edge_index, num_nodes=6)
+    r = build_clients(reg, DatasetInfo("path", "node", 0, "mse", "generated"), parts)[0]
+    assert "label_counts" not in r.stats and r.data.y.tolist() == [[0.0], [1.0], [-1.0]]
+    bare = Data(x=data.x, edge_index=data.edge_index, num_nodes=6)        # no labels, no masks
+    assert set(build_clients(bare, info, parts)[0].stats) == {
+        "client", "nodes", "halo_nodes", "internal_edges", "cross_edges", "edges"}
+    # edge task: positive edge labels among the client's internal and cross edges, no label statistics
+    data, info = _path_graph("edge")
+    data.edge_y = torch.tensor([1, 1, 0, 0, 0, 1, 0, 0, 0, 0])  # A holds edges 0, 5 (internal), 1, 6 (cross)
+    a = build_clients(data, info, parts)[0]
+    assert a.stats == {"client": 0, "nodes": 2, "halo_nodes": 1, "internal_edges": 2, "cross_edges": 2, "edges": 4,
+                       "positive_edges": 3}

@@ -177,14 +177,15 @@ if Path("mutmut.recheck").exists():
               f"(`scripts/mutation.sh {pkg} --recheck`, {int(took) // 60} min); the counts below are after it.", ""]
 lines += [
          f"**Score: {score:.1f}%** ({killed} killed of {checked}: {status['survived']} survived, "
-         f"{status['no tests']} reached by no test; {status['timeout']} of the killed timed out, also when run again "
-         f"alone; {len(rerun) - len(timeouts)} that timed out under mutmut passed when run again and are counted "
-         f"as survivors)", ""]
+         f"{status['no tests']} reached by no test; {status['timeout']} of the killed timed out under mutmut and, run "
+         f"again alone, failed or hung again; {len(rerun) - len(timeouts)} that timed out under mutmut passed when "
+         f"run again and are counted as survivors)", ""]
 for mutant, kind in sorted(survivors):
     diff = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], capture_output=True, text=True).stdout
     lines += [f"## {mutant} ({kind})", "", "```diff", diff.strip(), "```", ""]
 if timeouts:   # counted as killed (mutmut's rule), listed so that a hang that is not a kill can be spotted
-    lines += ["## Timed out (counted as killed)", ""] + [f"- `{m}`" for m in sorted(timeouts)] + [""]
+    outcome = {"killed": "a test failed when run alone", "timeout": "hung again when run alone"}
+    lines += ["## Timed out (counted as killed)", ""] + [f"- `{m}`: {outcome[rerun[m]]}" for m in sorted(timeouts)] + [""]
 out.write_text("\n".join(lines))
 print(f"{pkg}: score {score:.1f}% ({killed}/{checked}); {len(survivors)} survivors -> {out}")
 EOF

@@ -94,6 +94,10 @@ def test_bank_loads_count_transactions_touching_each_bank_once():
     # (0,1) inside 5; (0,2) 5->7; (3,4) 7->9; (2,0) 7->5; (5,6) inside 11
     assert load.tolist() == [3, 3, 1, 1]
     assert bank_loads(data, "nodes")[1].tolist() == [2, 2, 1, 2]
+    # the last bank only receives: its load still has a slot
+    data = Data(edge_index=torch.tensor([[0, 0], [1, 2]]), num_nodes=3)
+    data.node_bank = torch.tensor([5, 5, 7])
+    assert bank_loads(data, "edges")[1].tolist() == [2, 1]
 
 
 def test_assign_banks_is_largest_first_and_random_is_the_seeded_permutation():

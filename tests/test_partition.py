@@ -412,3 +412,12 @@ def test_client_statistics_are_the_hand_counted_ones():
     a = build_clients(data, info, parts)[0]
     assert a.stats == {"client": 0, "nodes": 2, "halo_nodes": 1, "internal_edges": 2, "cross_edges": 2, "edges": 4,
                        "positive_edges": 3}
+
+
+def test_as_many_clients_as_nodes_is_allowed_and_one_more_is_refused():
+    from fgx.partition.base import check_num_clients
+
+    check_num_clients(6, 6)                                   # one node each
+    with pytest.raises(DataError) as e:
+        check_num_clients(7, 6)
+    assert str(e.value) == "partitioner.num_clients=7 is larger than the graph's 6 nodes"

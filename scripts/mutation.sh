@@ -39,9 +39,9 @@ from pathlib import Path
 work, pkg = Path(sys.argv[1]), sys.argv[2]
 skip = sorted(str(p.relative_to(work)) for p in (work / "fgx").rglob("*.py")
               if not (str(p.relative_to(work)) == pkg or str(p.relative_to(work)).startswith(pkg + "/")))
-# the fast suite minus tests that cannot kill a mutant but cost minutes: they run fgx in fresh
-# subprocesses or Ray/joblib workers (which import the unmutated installed package) or test the CLI,
-# loggers and reports only; MUTATION_TESTS="tests/a.py tests/b.py" picks others
+# the fast suite minus files that cost minutes and rarely reach a mutant: fgx in fresh subprocesses or
+# Ray/joblib workers, the CLI, loggers and reports (test_config also checks components' validate hooks,
+# so the partition list below takes it back); MUTATION_TESTS="tests/a.py tests/b.py" picks others
 skip_tests = {"test_reliability.py", "test_scaling.py", "test_loggers.py", "test_hostile_inputs.py",
               "test_config.py", "test_report.py", "test_repro.py"}
 # Packages used by every run (a partitioner, a privacy hook, an algorithm) are mapped by mutmut to
@@ -70,9 +70,9 @@ if missing:
 others = sorted(p.name + ("/" if p.is_dir() else "") for p in work.iterdir()
                 if p.name not in ("fgx", "tests", "mutants", "pyproject.toml") and not p.name.startswith("mutmut"))
 # forkserver: each mutant's pytest is forked from a process that has only imported and collected the
-# tests. Forked from mutmut's main process (which ran the whole suite), torch's intra-op thread pool
-# is gone in the child and the first parallel op deadlocks; mutmut then reports a "timeout" (a kill)
-# for a mutant no test noticed.
+# tests. Forked from mutmut's main process (which had run the whole suite), the child deadlocked in
+# torch's first parallel op (py-spy: PyG's coalesce) and mutmut reported a "timeout", which it counts
+# as a kill, for mutants no test noticed.
 lines = ["", "[tool.mutmut]", 'paths_to_mutate = ["fgx/"]', 'process_isolation = "forkserver"', f"also_copy = {others!r}".replace("'", '"'),
          f"tests_dir = {tests!r}".replace("'", '"'), "do_not_mutate = ["] + [f'    "{s}",' for s in skip] + ["]"]
 with open(work / "pyproject.toml", "a") as f:

@@ -4,6 +4,7 @@
 #   scripts/mutation.sh fgx/algorithms          # also: fgx/privacy, fgx/partition, fgx/federation/channel.py
 #   scripts/mutation.sh fgx/partition --report  # rewrite the report from the last run's results
 #   scripts/mutation.sh fgx/partition --recheck # re-run the last run's survivors against today's tests
+#   scripts/mutation.sh fgx/privacy --sample 300  # a random sample of the package's mutants (seed 0)
 #
 # mutmut changes one thing at a time in the package's code (an operator, a constant, a dropped call)
 # and runs, for each such mutant, the fast-suite tests that execute the mutated function (mutmut maps
@@ -23,8 +24,12 @@ py="${PYTHON:-python}"
 name="$(echo "$pkg" | tr '/.' '__')"
 work="${FGX_MUTATION_DIR:-${TMPDIR:-/tmp}/fgx-mutation/$name}"
 mode="${2:-}"
-case "$mode" in ""|--report|--recheck) ;; *) echo "mutation.sh: unknown option $mode (--report, --recheck)" >&2; exit 2;; esac
-if [ -n "$mode" ]; then
+case "$mode" in ""|--report|--recheck) ;;
+  --sample) sample_size="${3:-}"
+    [[ "$sample_size" =~ ^[1-9][0-9]*$ ]] || { echo "mutation.sh: --sample needs a positive number of mutants" >&2; exit 2; } ;;
+  *) echo "mutation.sh: unknown option $mode (--report, --recheck, --sample N)" >&2; exit 2;;
+esac
+if [ -n "$mode" ] && [ "$mode" != --sample ]; then
   [ -d "$work/mutants" ] || { echo "mutation.sh: no earlier run in $work" >&2; exit 2; }
 else
 rm -rf "$work" && mkdir -p "$work"
@@ -88,6 +93,30 @@ cd "$work"
 if [ -z "$mode" ]; then
   start=$(date +%s)
   "$py" -m mutmut run --max-children "${MUTMUT_CHILDREN:-1}" > mutmut.log 2>&1 || { tail -30 mutmut.log >&2; exit 1; }
+  echo $(( $(date +%s) - start )) > mutmut.seconds
+  echo "$commit" > mutmut.commit
+  rm -f mutmut.recheck mutmut.rerun.json mutmut.sample
+elif [ "$mode" = --sample ]; then
+  # A package whose every mutant would take hours on 2 cores (fgx/privacy: ~3,300, fgx/algorithms:
+  # ~6,000) is scored on a simple random sample of its mutants; the report gives the estimate with a
+  # 95% interval and every sampled survivor. mutmut has no sampling option and no "generate only"
+  # command: a run asked for a mutant that does not exist generates all mutants and maps the tests
+  # (saved in mutants/mutmut-stats.json), then stops; the sample is then run by name.
+  start=$(date +%s)
+  "$py" -m mutmut run --max-children "${MUTMUT_CHILDREN:-1}" "fgx.no_such_mutant" > mutmut.log 2>&1 || true
+  grep -q "nothing matches" mutmut.log && [ -f mutants/mutmut-stats.json ] || { tail -30 mutmut.log >&2; exit 1; }
+  sample=$("$py" - "$sample_size" "${FGX_MUTATION_SEED:-0}" <<'PY'
+import json, pathlib, random, sys
+size, seed = int(sys.argv[1]), int(sys.argv[2])
+names = sorted(k for meta in pathlib.Path("mutants").rglob("*.meta")
+               for k in json.loads(meta.read_text()).get("exit_code_by_key", {}) if k.startswith("fgx."))
+picked = sorted(random.Random(seed).sample(names, min(size, len(names))))
+pathlib.Path("mutmut.sample").write_text(json.dumps({"seed": seed, "population": len(names), "sample": picked}))
+print("\n".join(picked))
+PY
+)
+  # shellcheck disable=SC2086
+  "$py" -m mutmut run --max-children "${MUTMUT_CHILDREN:-1}" $sample >> mutmut.log 2>&1 || { tail -30 mutmut.log >&2; exit 1; }
   echo $(( $(date +%s) - start )) > mutmut.seconds
   echo "$commit" > mutmut.commit
   rm -f mutmut.recheck mutmut.rerun.json
@@ -175,6 +204,17 @@ if Path("mutmut.recheck").exists():
     at, took = Path("mutmut.recheck").read_text().split()
     lines += [f"Survivors of that run were run again against the tests of commit {at} "
               f"(`scripts/mutation.sh {pkg} --recheck`, {int(took) // 60} min); the counts below are after it.", ""]
+sample = json.loads(Path("mutmut.sample").read_text()) if Path("mutmut.sample").exists() else None
+population = sum(1 for meta in Path("mutants").rglob("*.meta")
+                 for k in json.loads(meta.read_text()).get("exit_code_by_key", {}) if k.startswith("fgx."))
+interval = None
+if sample:
+    from scipy.stats import binomtest
+    ci = binomtest(killed, checked).proportion_ci(confidence_level=0.95, method="wilson")
+    interval = [round(100 * ci.low, 1), round(100 * ci.high, 1)]
+    lines += [f"A simple random sample of {len(sample['sample'])} of the package's {population} mutants "
+              f"(`--sample`, seed {sample['seed']}); the score estimates the package's, with a 95% Wilson "
+              f"interval of {interval[0]}% to {interval[1]}%.", ""]
 lines += [
          f"**Score: {score:.1f}%** ({killed} killed of {checked}: {status['survived']} survived, "
          f"{status['no tests']} reached by no test; {status['timeout']} of the killed timed out under mutmut and, run "
@@ -187,5 +227,26 @@ if timeouts:   # counted as killed (mutmut's rule), listed so that a hang that i
     outcome = {"killed": "a test failed when run alone", "timeout": "hung again when run alone"}
     lines += ["## Timed out (counted as killed)", ""] + [f"- `{m}`: {outcome[rerun[m]]}" for m in sorted(timeouts)] + [""]
 out.write_text("\n".join(lines))
+record = {"package": pkg, "commit": Path("mutmut.commit").read_text().strip(),
+          "recheck": Path("mutmut.recheck").read_text().split()[0] if Path("mutmut.recheck").exists() else None,
+          "minutes": secs // 60, "mutants": population, "sampled": len(sample["sample"]) if sample else None,
+          "checked": checked, "killed": killed, "survived": status["survived"], "no_tests": status["no tests"],
+          "score": round(score, 1), "interval95": interval}
+out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
+# docs/mutation/README.md: every package's latest record and the score over all of them, each package
+# weighted by its number of mutants (a sampled package by its estimated score)
+records = [json.loads(f.read_text()) for f in sorted(out.parent.glob("*.json"))]
+total = sum(r["mutants"] for r in records)
+overall = sum(r["score"] * r["mutants"] for r in records) / total
+rows = ["# Mutation scores", "", "Written by `scripts/mutation.sh` from the records beside this file.", "",
+        "| package | mutants | scored | score | 95% interval | commit (recheck) | minutes |", "|---|---|---|---|---|---|---|"]
+for r in records:
+    scored = f"sample of {r['sampled']}" if r["sampled"] else "all"
+    ci = f"{r['interval95'][0]}–{r['interval95'][1]} %" if r["interval95"] else "exact"
+    at = r["commit"] + (f" ({r['recheck']})" if r["recheck"] else "")
+    rows.append(f"| `{r['package']}` | {r['mutants']} | {scored} | {r['score']} % | {ci} | {at} | {r['minutes']} |")
+rows += ["", f"**Over the {len(records)} packages: {overall:.1f}%** of {total} mutants killed (each package weighted "
+         "by its number of mutants; a sampled package counts with its estimated score).", ""]
+(out.parent / "README.md").write_text("\n".join(rows))
 print(f"{pkg}: score {score:.1f}% ({killed}/{checked}); {len(survivors)} survivors -> {out}")
 EOF

@@ -284,3 +284,67 @@ def test_dp_fedavg_with_ce_fedgnn_is_refused_before_any_work(tmp_path, monkeypat
         main(["run", "algorithm=ce_fedgnn", "privacy=dp_fedavg"])
     assert "embeddings" in str(e.value) and "grad_estimator" in str(e.value)
     assert not (tmp_path / "outputs").exists()
+
+
+def test_metric_dp_state_survives_a_checkpoint():
+    """Release counts (they set ε), the last releases (the ρ population) and the noise stream all
+    come back from a checkpoint (torch.save/load(weights_only=True), as the trainer does)."""
+    import io
+    from types import SimpleNamespace
+
+    from fgx.privacy.metric_dp import MetricDP, MetricDPParams
+
+    def fresh():
+        m = MetricDP(MetricDPParams(sigma0=0.5))
+        m.bind(SimpleNamespace(seed=1))
+        return m
+
+    def release(m, ids):
+        vals = torch.arange(len(ids) * 4, dtype=torch.float).reshape(len(ids), 4) + 1
+        return m.release("embeddings", {"layer": 1, "ids": torch.tensor(ids), "values": vals}, src=0, round=1)["values"]
+
+    before = fresh()
+    release(before, [3, 7])
+    release(before, [7])
+    buf = io.BytesIO()
+    torch.save(before.state_dict(), buf)
+    buf.seek(0)
+    after = fresh()
+    after.load_state_dict(torch.load(buf, weights_only=True))
+    assert after.releases == before.releases == {3: 1, 7: 2}
+    assert sorted(after.last_released) == [3, 7]
+    assert all(torch.equal(after.last_released[i], before.last_released[i]) for i in (3, 7))
+    expected = release(before, [3])
+    assert not torch.equal(release(fresh(), [3]), expected)
+    assert torch.equal(release(after, [3]), expected)
+    empty = fresh()
+    empty.load_state_dict(fresh().state_dict())          # a checkpoint before any release
+    assert empty.releases == {} and empty.last_released == {}
+
+
+def test_attack_baseline_is_the_distance_to_the_nearest_percent_of_the_other_nodes():
+    """App. E's yardstick on hand-placed points: 300 nodes on a line, 2 features; 1 % is 3 nodes (a
+    count of nodes, not of features), the target itself excluded, distances per feature."""
+    from fgx.privacy.attacks import nearest_percent_baseline
+    x = torch.stack([torch.arange(300, dtype=torch.float), torch.zeros(300)], dim=1)
+    # node 100's nearest others: 99 and 101 (squared distance 1), then 98 or 102 (4); per feature: / 2
+    assert nearest_percent_baseline(x, torch.tensor([100]), 1.0) == pytest.approx((1 + 1 + 4) / 3 / 2)
+    # node 0: 1, 2, 3 -> (1 + 4 + 9) / 3 / 2; the mean over targets
+    assert nearest_percent_baseline(x, torch.tensor([0, 100]), 1.0) == pytest.approx((14 / 6 + 1) / 2)
+    assert nearest_percent_baseline(x[:50], torch.tensor([10]), 1.0) == pytest.approx(1 / 2)   # at least one
+
+
+@pytest.mark.parametrize("released", [0, 1])
+def test_metric_dp_report_without_two_released_nodes_has_no_epsilon(released):
+    """ρ is a k-NN distance between released embeddings: with fewer than two there is none, and the
+    report says so instead of inventing an ε."""
+    from types import SimpleNamespace
+
+    from fgx.privacy.metric_dp import MetricDP, MetricDPParams
+    m = MetricDP(MetricDPParams(sigma0=0.5, rho_population="boundary_only"))
+    m.bind(SimpleNamespace(seed=0))
+    for _ in range(released):
+        m.release("embeddings", {"layer": 1, "ids": torch.tensor([4]), "values": torch.ones(1, 3)}, src=0, round=1)
+    out = m.report()
+    assert out["epsilon"] is None and "fewer than 2 nodes" in out["note_epsilon"]
+    assert out["releases_per_node"] == {"nodes": released, "min": released, "median": float(released), "max": released}

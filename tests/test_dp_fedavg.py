@@ -28,7 +28,11 @@ def test_dp_fedavg_epsilon_per_round_matches_opacus(run_fgx, tiny_cfg):
     assert eps[-1] == pytest.approx(eps_opacus, rel=0.02)
     s = json.loads((d / "summary.json").read_text())
     assert s["privacy"]["epsilon"] == pytest.approx(eps[-1])
-    assert json.loads((d / "privacy.json").read_text())["epsilon"] == pytest.approx(eps[-1])
+    assert (s["privacy"]["mechanism"], s["privacy"]["noise_multiplier"]) == ("dp_fedavg", 1.2)
+    report = json.loads((d / "privacy.json").read_text())
+    assert report["epsilon"] == pytest.approx(eps[-1])
+    assert report["params"] == {"noise_multiplier": 1.2, "clip": 1.0, "delta": 1e-5, "sampling_rate": 0.67}
+    assert report["accountant"].startswith("dp_accounting RdpAccountant") and report["rounds"] == 3
 
 
 def test_dp_fedavg_noise_std_on_the_aggregate():
@@ -44,8 +48,28 @@ def test_dp_fedavg_noise_std_on_the_aggregate():
 def test_dp_fedavg_refuses_weighted_averaging(tmp_path, monkeypatch, tiny_cfg):
     from fgx.cli import main
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(SystemExit, match="uniform"):
+    with pytest.raises(SystemExit, match="algorithm.weighting.*uniform"):
         main(["run", *tiny_cfg, "privacy=dp_fedavg"])
+
+
+def test_dp_fedavg_accepts_an_algorithm_without_sampling_or_weighting_options():
+    """An algorithm that uploads updates but has no client_fraction, client_sampling or weighting
+    fields (every client, equally weighted) needs none of dp_fedavg's refusals."""
+    from types import SimpleNamespace
+
+    from fgx.config import ConfigError
+    from fgx.privacy.dp_fedavg import DPFedAvg, DPFedAvgParams
+    params = DPFedAvgParams(noise_multiplier=1.0, clip=1.0)
+
+    def validated(**algorithm_params):
+        algo = SimpleNamespace(messages={"update": SimpleNamespace(release=True)})
+        return SimpleNamespace(names={"algorithm": "plain"}, entries={"algorithm": SimpleNamespace(obj=algo)},
+                               params={"algorithm": SimpleNamespace(**algorithm_params)})
+    DPFedAvg.check_config(params, validated())
+    with pytest.raises(ConfigError, match="client_sampling"):
+        DPFedAvg.check_config(params, validated(client_fraction=0.5))
+    with pytest.raises(ConfigError, match="weighting"):
+        DPFedAvg.check_config(params, validated(weighting="train_items"))
 
 
 def test_dp_fedavg_refuses_a_fixed_size_client_draw(tmp_path, monkeypatch, tiny_cfg):
@@ -84,3 +108,34 @@ def test_poisson_client_sampling_is_what_the_accountant_assumes():
     m.bind(SimpleNamespace(seed=0, params=SimpleNamespace(client_fraction=q), clients=[None] * n))
     out = m.aggregate("update", {"w": torch.zeros(20000)}, num_contributors=0, round=1)
     assert out["w"].std().item() == pytest.approx(2.0 * 0.5 / (q * n), rel=0.03)
+
+
+def test_dp_fedavg_state_survives_a_checkpoint():
+    """A resumed run goes on with the same noise stream and reports the ε reached before the stop
+    (the state goes through torch.save/load(weights_only=True) as a checkpoint does)."""
+    import io
+    from types import SimpleNamespace
+
+    from fgx.privacy.dp_fedavg import DPFedAvg, DPFedAvgParams
+    ctx = SimpleNamespace(seed=3, params=SimpleNamespace(client_fraction=1.0), clients=[0] * 4)
+
+    def fresh():
+        m = DPFedAvg(DPFedAvgParams(noise_multiplier=1.0, clip=1.0))
+        m.bind(ctx)
+        return m
+
+    def noise(m):
+        return m.aggregate("update", {"w": torch.zeros(6)}, num_contributors=4, round=2)["w"]
+
+    before = fresh()
+    noise(before)
+    before.on_round_end(1)
+    buf = io.BytesIO()
+    torch.save(before.state_dict(), buf)
+    buf.seek(0)
+    after = fresh()
+    after.load_state_dict(torch.load(buf, weights_only=True))
+    assert after.eps == before.eps > 0
+    expected = noise(before)
+    assert not torch.equal(noise(fresh()), expected)      # the stream's position is part of the state
+    assert torch.equal(noise(after), expected)

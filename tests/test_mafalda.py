@@ -1,6 +1,7 @@
 """Decentralised learning with matrix-factorisation privacy accounting (issue #8)."""
 import json
 
+import networkx as nx
 import numpy as np
 import pytest
 
@@ -8,10 +9,10 @@ from fgx.decentral.topology import TopologyParams, build_graph, check_gossip_mat
 from fgx.privacy.mf.correlations import build_correlation
 from fgx.privacy.mf.gdp import eps_from_mu, eps_from_mu_many, rdp_from_mu
 from fgx.privacy.mf.participation import local_patterns
-from fgx.privacy.mf.pndp import pndp_table
+from fgx.privacy.mf.pndp import cyffers_rdp, pairwise_table, pndp_table
 from fgx.privacy.mf.sensitivity import local_sens2, pattern_bound, sens2_from_gram
 from fgx.privacy.mf.solver import lower_factor, optimise_gram
-from fgx.privacy.mf.trust import knowledge_gram, oriented_incidence, victim_grams, victim_sens2
+from fgx.privacy.mf.trust import accounting_cost, knowledge_gram, oriented_incidence, victim_grams, victim_sens2
 from fgx.privacy.mf.workloads import (dl_workload, frobenius_objective_explicit, gossip_gram,
                                       lemma10_gram_explicit)
 
@@ -126,6 +127,85 @@ def test_secldp_secrets_reduce_loss_against_ldp():
         assert s_sec < 0.5 * s_pndp or max(s_sec, s_pndp) < 1e-9, (u, s_sec, s_pndp)
 
 
+
+
+def test_cyffers_bound_is_its_formula_term_by_term():
+    """Theorem 11 of Cyffers et al. (corrected form) written out with explicit sums, on a path whose
+    uniform W is row- but not column-stochastic (so column norms are not row norms), attacker at an end."""
+    g = nx.path_graph(5)
+    w = gossip_matrix(g)
+    steps, alpha, sigma = 3, 3.0, 2.0
+    closed = [0, 1]                                   # N[attacker 0]
+    below_cap = 0
+    for victim in (1, 2, 3, 4):
+        total = 0.0
+        for s in range(steps):
+            ws = np.linalg.matrix_power(w, s)
+            for j in closed:
+                column_norm2 = sum(ws[i, j] ** 2 for i in range(5))
+                total += (steps - s) * ws[victim, j] / column_norm2
+        below_cap += total < steps
+        expected = alpha / (2 * sigma ** 2) * min(steps, total)
+        assert cyffers_rdp(w, g, victim, 0, steps, alpha, sigma) == pytest.approx(expected, rel=1e-12)
+        assert cyffers_rdp(w, g, victim, 0, steps, alpha, sigma, clip=2.0) == pytest.approx(4 * expected, rel=1e-12)
+    assert below_cap >= 2                             # the min(T, ·) cap does not hide the sum
+    # T = 1: only W^0 = I, whose columns have norm 1: a neighbour loses α/(2σ²), a farther node nothing
+    assert cyffers_rdp(w, g, 1, 0, 1) == pytest.approx(1.0)
+    assert cyffers_rdp(w, g, 3, 0, 1) == 0.0
+
+
+def test_pairwise_table_covers_every_attacker_and_keeps_cyffers_to_its_setting():
+    g = nx.path_graph(4)
+    w = gossip_matrix(g)
+    t = pairwise_table(w, g, 2, sigma=1.5, alpha=3.0, delta=1e-5)
+    assert t["attackers"] == [0, 1, 2, 3]                      # None: every node attacks in turn
+    assert sorted((p["attacker"], p["victim"]) for p in t["pairs"]) == [
+        (a, u) for a in range(4) for u in range(4) if u != a]
+    assert (t["trust_model"], t["steps"], t["b"], t["alpha"], t["sigma"], t["delta"]) == ("pndp", 2, 1, 3.0, 1.5, 1e-5)
+    assert all("cyffers_rdp" in p for p in t["pairs"]) and all("cyffers_rdp" in r for r in t["by_distance"])
+    # the bound is stated for DP-D-SGD at user level without correlation and one gossip step only
+    for other in ({"b": 2}, {"c_local": np.array([[1.0, 0.0], [-0.5, 1.0]])}, {"gossip_steps": 2}):
+        t = pairwise_table(w, g, 2, attackers=[0], **other)
+        assert not any("cyffers_rdp" in p for p in t["pairs"] + t["by_distance"]), other
+    with pytest.raises(ValueError, match=r"^secldp needs secrets \(secret_scale > 0\); without them it is pndp$"):
+        pairwise_table(w, g, 2, trust="secldp")
+
+
+def test_victim_grams_fall_back_to_the_pseudo_inverse_when_observations_coincide(monkeypatch):
+    """On the complete graph with W = J/n and K = 2 gossip messages, every sender's second message is
+    the same average: the covariance is singular, Cholesky fails and the eigen-decomposition path must
+    still equal the dense projector."""
+    from scipy.linalg import eigh
+
+    import fgx.privacy.mf.trust as trust_module
+    g = nx.complete_graph(4)
+    w = gossip_matrix(g)
+    used = []
+    monkeypatch.setattr(trust_module, "eigh", lambda *a, **k: used.append(1) or eigh(*a, **k))
+    steps, n = 2, 4
+    dense = knowledge_gram(w, steps, None, "pndp", [0], gossip_steps=2)
+    fast = victim_grams(w, steps, None, [0], "pndp", gossip_steps=2)
+    assert used
+    for u, x in fast.items():
+        cols = u + n * np.arange(steps)
+        assert np.allclose(x, dense[np.ix_(cols, cols)], atol=1e-10)
+    assert not np.allclose(fast[1], 0)
+
+
+def test_accounting_cost_counts_the_received_rows_and_their_bytes():
+    g = nx.path_graph(4)                               # attacker 0 hears node 1; attacker 1 hears 0 and 2
+    w = gossip_matrix(g)
+    one = accounting_cost(w, 3, [0], gossip_steps=2, edges=3)
+    assert one == {"rows": 3 * 2 * 1, "bytes": 8 * (2 * 6 * 4 * 3 + 6 * 3 * 3 + 2 * 6 * 6)}
+    assert accounting_cost(w, 3, [1])["rows"] == 3 * 1 * 2
+
+
+def test_trust_and_workload_errors_name_the_problem():
+    _, w = florentine()
+    with pytest.raises(ValueError, match=r"^trust model must be one of \['ldp', 'pndp', 'secldp'\], got 'bogus'$"):
+        victim_grams(w, 2, trust="bogus")
+    with pytest.raises(ValueError, match=r"^gossip_steps > 1 is defined for the message workload \(initial_power 0\) only$"):
+        dl_workload(w, 2, initial_power=1, gossip_steps=2)
 
 
 # ---------------------------------------------------------------------------------- accounting pieces

@@ -39,18 +39,6 @@ def eps_from_mu_many(mus, delta: float) -> "np.ndarray":
     return out
 
 
-def mu_from_eps(eps: float, delta: float) -> float:
-    """The μ whose (ε, δ) curve passes through (eps, delta): bisection on eps_from_mu (monotone)."""
-    lo, hi = 1e-6, 100.0
-    for _ in range(100):
-        mid = math.sqrt(lo * hi)
-        if eps_from_mu(mid, delta) > eps:
-            hi = mid
-        else:
-            lo = mid
-    return math.sqrt(lo * hi)
-
-
 def rdp_from_mu(mu: float, alpha: float = 2.0) -> float:
     return alpha * mu * mu / 2.0
 

@@ -20,10 +20,6 @@ def node_patterns(n: int, steps: int, b: int, node: int) -> list[np.ndarray]:
     return [p * n + node for p in local_patterns(steps, b)]
 
 
-def user_level(n: int, steps: int, node: int) -> list[np.ndarray]:
-    return node_patterns(n, steps, 1, node)
-
-
 def same_class_mask(steps: int, b: int) -> np.ndarray:
     """Boolean T × T mask of distinct steps in one participation class (s ≡ t mod b)."""
     idx = np.arange(steps)

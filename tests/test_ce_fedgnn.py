@@ -117,6 +117,9 @@ def test_metric_dp_run_reports_the_epsilon_table(run_fgx):
     assert set(priv["rho"]) == {"50", "90", "95", "99", "100"}
     s = json.loads((d / "summary.json").read_text())
     assert s["privacy"]["epsilon_p90"] == pytest.approx(priv["epsilon"]["value"])
+    assert (s["privacy"]["mechanism"], s["privacy"]["rho"], s["privacy"]["releases"]) == (
+        "metric_dp", priv["rho"]["90"], priv["steps_used"])
+    assert priv["epsilon"]["percentile"] == 90 and priv["epsilon"]["rho"] == priv["rho"]["90"]
     from fgx.privacy.metric_dp_accounting import metric_dp_epsilon
     assert priv["epsilon"]["value"] == pytest.approx(
         metric_dp_epsilon(priv["rho"]["90"], 1.0, priv["steps_used"], 1e-4), rel=1e-9)
@@ -348,3 +351,25 @@ def test_metric_dp_report_without_two_released_nodes_has_no_epsilon(released):
     out = m.report()
     assert out["epsilon"] is None and "fewer than 2 nodes" in out["note_epsilon"]
     assert out["releases_per_node"] == {"nodes": released, "min": released, "median": float(released), "max": released}
+
+
+def test_metric_dp_clip_mode_shrinks_only_long_embeddings_and_noise_follows_the_run_seed():
+    from types import SimpleNamespace
+
+    from fgx.privacy.metric_dp import MetricDP, MetricDPParams
+
+    def mech(seed, **kw):
+        m = MetricDP(MetricDPParams(**kw))
+        m.bind(SimpleNamespace(seed=seed))
+        return m
+
+    payload = {"layer": 1, "ids": torch.tensor([0, 1]), "values": torch.tensor([[0.3, 0.4], [3.0, 4.0]])}
+    out = mech(0, sigma0=0.0, embedding_norm="clip", clip_embedding=1.0).release("embeddings", payload, src=0, round=1)
+    assert torch.allclose(out["values"], torch.tensor([[0.3, 0.4], [0.6, 0.8]]))   # norm 0.5 kept, 5 cut to 1
+    # the noise comes from the mechanism's own generator, seeded by the run: the global RNG does not matter
+    torch.manual_seed(0)
+    a = mech(5, sigma0=1.0).release("embeddings", payload, src=0, round=1)["values"]
+    torch.manual_seed(1)
+    b = mech(5, sigma0=1.0).release("embeddings", payload, src=0, round=1)["values"]
+    c = mech(6, sigma0=1.0).release("embeddings", payload, src=0, round=1)["values"]
+    assert torch.equal(a, b) and not torch.equal(a, c)

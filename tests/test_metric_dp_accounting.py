@@ -78,3 +78,15 @@ def test_cli_prints_table6(capsys):
     out = _json.loads(capsys.readouterr().out)
     assert out["rows"][1]["eps"]["1.0"] == pytest.approx(10.097, abs=1e-3)
     assert main(["privacy", "metric-dp", "--rho", "0.1", "--sigma", "1", "--releases", "10", "--delta", "2"]) == 2
+
+
+def test_named_order_grids_are_the_libraries_defaults():
+    from dp_accounting import rdp
+    from opacus.accountants import RDPAccountant
+
+    from fgx.privacy.metric_dp_accounting import orders_for
+    assert orders_for("opacus_default") == tuple(RDPAccountant.DEFAULT_ALPHAS)
+    assert orders_for("dp_accounting_default") == tuple(rdp.RdpAccountant().orders)
+    assert orders_for([2, 8]) == (2.0, 8.0)
+    with pytest.raises(ValueError, match="unknown RDP order grid 'x'"):
+        orders_for("x")

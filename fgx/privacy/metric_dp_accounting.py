@@ -25,9 +25,8 @@ def orders_for(name: str | list) -> tuple:
     if name == "opacus_default":
         return OPACUS_ORDERS
     if name == "dp_accounting_default":
-        from dp_accounting import rdp
-        return tuple(rdp.RdpAccountant().orders if hasattr(rdp.RdpAccountant(), "orders") else
-                     rdp.rdp_privacy_accountant.DEFAULT_RDP_ORDERS)
+        from dp_accounting.rdp.rdp_privacy_accountant import DEFAULT_RDP_ORDERS   # RdpAccountant()'s grid
+        return tuple(DEFAULT_RDP_ORDERS)
     raise ValueError(f"unknown RDP order grid {name!r}; use opacus_default, dp_accounting_default or a list")
 
 

@@ -373,3 +373,12 @@ def test_metric_dp_clip_mode_shrinks_only_long_embeddings_and_noise_follows_the_
     b = mech(5, sigma0=1.0).release("embeddings", payload, src=0, round=1)["values"]
     c = mech(6, sigma0=1.0).release("embeddings", payload, src=0, round=1)["values"]
     assert torch.equal(a, b) and not torch.equal(a, c)
+
+
+def test_metric_dp_headline_percentile_must_be_one_of_the_measured():
+    from fgx.config import ConfigError
+    from fgx.privacy.metric_dp import MetricDPParams
+    with pytest.raises(ConfigError) as err:
+        MetricDPParams(headline_percentile=80).validate("privacy")
+    assert (err.value.key, err.value.value) == ("privacy.headline_percentile", 80)
+    assert "one of percentiles" in str(err.value)

@@ -506,3 +506,12 @@ def test_the_best_round_of_a_regression_run_minimises_mse(run_fgx):
     mses = {r["round"]: r["mean"]["mse"] for r in rows if r["split"] == split}
     assert len(set(mses.values())) > 1
     assert s["best"]["round"] == min(mses, key=mses.get) and s["best"]["val"] == min(mses.values())
+
+
+def test_mf_gdp_without_gossip_reports_that_nothing_was_released():
+    from fgx.config import build_params
+    from fgx.privacy.mf_gdp import MFGDP, MFGDPParams
+    mech = MFGDP(build_params(MFGDPParams, {}, "privacy"))
+    mech.bind(_Ctx())
+    assert mech.report() == {"mechanism": "mf_gdp", "note": "no gossip messages were released"}
+    assert mech.on_round_end(1) == {}

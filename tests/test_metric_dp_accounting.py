@@ -61,6 +61,24 @@ def test_knn_percentiles_exclude_self():
     assert r2["rho"][50] > 1.0
 
 
+def test_knn_percentiles_on_sampled_queries_measure_against_every_node():
+    """``queries``: the distances of a seeded random subset of nodes, still to all nodes."""
+    rng = np.random.default_rng(3)
+    x = rng.normal(size=(40, 4))
+    full = knn_distance_percentiles(x, k=2)
+    part = knn_distance_percentiles(x, k=2, queries=10, seed=7)
+    assert (part["queries"], part["nodes"], full["queries"]) == (10, 40, 40)
+    assert part == knn_distance_percentiles(x, k=2, queries=10, seed=7)
+    assert part["rho"] != knn_distance_percentiles(x, k=2, queries=10, seed=8)["rho"]
+    # brute force on the same 10 nodes: the 2nd nearest other node among all 40
+    unit = x / np.linalg.norm(x, axis=1, keepdims=True)
+    picked = np.random.default_rng(7).choice(40, size=10, replace=False)
+    d = np.linalg.norm(unit[picked, None, :] - unit[None, :, :], axis=-1)
+    second = np.sort(d, axis=1)[:, 2]                 # column 0 is the node itself
+    assert part["rho"][50] == pytest.approx(np.percentile(second, 50))
+    assert part["rho"][100] == pytest.approx(second.max())
+
+
 def test_bad_inputs_raise():
     with pytest.raises(ValueError):
         metric_dp_epsilon(0.0, 1.0, 10, 1e-5)

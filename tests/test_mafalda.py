@@ -515,3 +515,19 @@ def test_mf_gdp_without_gossip_reports_that_nothing_was_released():
     mech.bind(_Ctx())
     assert mech.report() == {"mechanism": "mf_gdp", "note": "no gossip messages were released"}
     assert mech.on_round_end(1) == {}
+    assert mech.headline()["mechanism"] == "mf_gdp" and mech.headline()["epsilon"] is None
+
+
+def test_mf_gdp_account_names_what_it_covers_and_replace_one_doubles_the_sensitivity():
+    zero_out = _bound_mechanism("identity", 2, 1, 4, mu=1.0)
+    a = zero_out.report()
+    assert (a["mechanism"], a["algorithm"], a["correlation"], a["trust_model"], a["neighbouring"]) == (
+        "mf_gdp", "test_algo", "identity", "ldp", "zero_out")
+    assert a["noise"]["record_sensitivity"] == 0.5                   # the gradient sensitivity itself
+    replace = _bound_mechanism("identity", 2, 1, 4, mu=1.0, neighbouring="replace_one").report()
+    assert replace["noise"]["record_sensitivity"] == 1.0             # two records differ: 2 x 0.5
+    assert replace["noise"]["std_per_coordinate"] == pytest.approx(2 * a["noise"]["std_per_coordinate"])
+    h = zero_out.headline()
+    assert (h["mechanism"], h["trust_model"], h["correlation"], h["epsilon"], h["epsilon_ldp"]) == (
+        "mf_gdp", "ldp", "identity", a["epsilon"], a["ldp"]["epsilon"])
+    assert h["epsilon_ldp"] > 0

@@ -527,6 +527,17 @@ def test_mf_gdp_account_names_what_it_covers_and_replace_one_doubles_the_sensiti
     replace = _bound_mechanism("identity", 2, 1, 4, mu=1.0, neighbouring="replace_one").report()
     assert replace["noise"]["record_sensitivity"] == 1.0             # two records differ: 2 x 0.5
     assert replace["noise"]["std_per_coordinate"] == pytest.approx(2 * a["noise"]["std_per_coordinate"])
+    assert set(a) == {"mechanism", "algorithm", "correlation", "trust_model", "participation", "neighbouring",
+                      "sens_bound", "gossip_steps", "noise", "ldp", "surrogate_objective", "solver", "mu",
+                      "epsilon", "delta"}
+    assert set(a["noise"]) == {"sens2_ldp", "noise_multiplier", "record_sensitivity", "std_per_coordinate",
+                               "secret_scale", "message_std_per_coordinate"}
+    assert (a["mu"], a["epsilon"]) == (1.0, a["ldp"]["epsilon"])       # ldp: the run's μ is the LDP μ
+    # pndp with DECOR secrets: the worst pair sets μ and ε, and the report says the secrets were ignored
+    pndp = _bound_mechanism("identity", 2, 1, 4, mu=1.0, trust_model="pndp", secret_scale=1.0).report()
+    worst = max(pndp["pairs"], key=lambda q: q["sens2"])
+    assert pndp["worst_pair"] == worst and (pndp["mu"], pndp["epsilon"]) == (worst["mu"], worst["epsilon"])
+    assert pndp["mu"] <= 1.0 and "ignores the DECOR secrets" in pndp["note"]
     h = zero_out.headline()
     assert (h["mechanism"], h["trust_model"], h["correlation"], h["epsilon"], h["epsilon_ldp"]) == (
         "mf_gdp", "ldp", "identity", a["epsilon"], a["ldp"]["epsilon"])

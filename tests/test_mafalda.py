@@ -263,6 +263,40 @@ def test_solver_status_is_honest():
     assert floor.status == "stalled" and not floor.converged and floor.grad_ratio < 1e-4
 
 
+def test_build_correlation_solves_the_named_gram_with_the_given_tolerance():
+    """Each optimised correlation factors the solver's answer for its own Gram (mafalda_message: the
+    message workload, not the post-averaging one), with the caller's tolerance, and reports it."""
+    _, w = florentine()
+    k, b = 2, 3
+    res = optimise_gram(gossip_gram(w, k * b, "message"), k, b, max_iter=500, tol=1e-3)
+    corr = build_correlation("mafalda_message", w, k, b, max_iter=500, tol=1e-3)
+    assert np.allclose(corr.c_local, lower_factor(res.x))
+    assert corr.solver_report()["iterations"] == res.iterations
+    tight = build_correlation("mafalda_message", w, k, b, max_iter=500, tol=1e-10)
+    assert tight.iterations > corr.iterations                     # the tolerance reached the solver
+    report = tight.solver_report()
+    assert (report["status"], report["projected_gradient_ratio"]) == (tight.solver_status, tight.solver_grad_ratio)
+    assert report["status"] in ("converged", "stalled", "max_iter") and report["projected_gradient_ratio"] > 0
+    assert build_correlation("identity", w, k, b).solver_report()["status"] == "closed form"
+    with pytest.raises(ValueError, match=r"^unknown correlation 'x'; known: \['identity', 'antipgd', 'dmf', "
+                                         r"'mafalda', 'mafalda_message'\]$"):
+        build_correlation("x", w, k, b)
+
+
+def test_mf_gdp_correlation_choice_errors_name_key_value_and_remedy():
+    from fgx.config import ConfigError
+    from fgx.privacy.mf_gdp import MFGDPParams, resolve_correlation
+    with pytest.raises(ConfigError) as err:
+        resolve_correlation(MFGDPParams(), "dsgd", None)
+    assert (err.value.key, err.value.value) == ("privacy.name", "mf_gdp") and "use privacy=none" in err.value.allowed
+    with pytest.raises(ConfigError) as err:
+        resolve_correlation(MFGDPParams(correlation="auto"), "mf_dsgd", "privacy")
+    assert (err.value.key, err.value.value) == ("privacy.correlation", "auto")
+    assert err.value.allowed.startswith("one of ['identity', 'antipgd', 'dmf', 'mafalda', 'mafalda_message']")
+    assert resolve_correlation(MFGDPParams(correlation="dmf"), "mf_dsgd", "privacy") == "dmf"
+    assert resolve_correlation(MFGDPParams(), "dp_dsgd", "identity") == "identity"
+
+
 def test_vectorised_epsilon_matches_opacus_and_dp_accounting():
     import dp_accounting
     mus = [0.05, 0.3, 1.0, 2.5, 7.0]

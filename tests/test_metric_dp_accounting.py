@@ -79,6 +79,10 @@ def test_knn_percentiles_on_sampled_queries_measure_against_every_node():
     assert part["rho"][100] == pytest.approx(second.max())
 
 
+def test_no_release_costs_no_privacy():
+    assert metric_dp_epsilon(1.0, 1.0, 0, 1e-5) == 0.0
+
+
 def test_bad_inputs_raise():
     with pytest.raises(ValueError):
         metric_dp_epsilon(0.0, 1.0, 10, 1e-5)

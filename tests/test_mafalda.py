@@ -234,6 +234,7 @@ def test_sensitivity_bounds_are_upper_bounds_and_lambda_cap_binds():
     lam = 3 * np.linalg.eigvalsh(x)[-1]
     assert lam < 6.0 and pattern_bound(x, "lambda_max") == pytest.approx(lam)
     assert pattern_bound(x, "abs_sum_capped") == pytest.approx(lam)      # the λ_max cap is what binds here
+    assert pattern_bound(x) == pattern_bound(x, "abs_sum_capped")         # the default (spec's choice)
     # every bound is above the true sens² = max over unit-row Δ of tr(Δᵀ X Δ) (sampled, d = 5)
     rng = np.random.default_rng(0)
     for _ in range(2000):
@@ -261,6 +262,12 @@ def test_solver_status_is_honest():
     floor = optimise_gram(h, 3, 4, max_iter=10_000, tol=1e-30)
     # tol 1e-30 cannot be met: the line search stops improving first, which is not convergence
     assert floor.status == "stalled" and not floor.converged and floor.grad_ratio < 1e-4
+
+
+@pytest.mark.parametrize("b", [0, 5])
+def test_participation_outside_one_to_t_is_refused(b):
+    with pytest.raises(ValueError, match=rf"^participation b={b} must lie in \[1, T=4\]$"):
+        local_patterns(4, b)
 
 
 def test_build_correlation_solves_the_named_gram_with_the_given_tolerance():

@@ -149,3 +149,33 @@ def test_every_accepted_pair_reports_what_its_budget_covers(tmp_path, monkeypatc
     assert priv["epsilon_covers"] == ["embeddings"]
     assert priv["public_by_config"] == ["grad_estimator", "update"]
     assert json.loads((tmp_path / "fedavg-none" / "privacy.json").read_text())["messages"]["epsilon_covers"] == []
+
+
+def test_coverage_puts_each_kind_in_exactly_one_bucket():
+    """The rule on a hand-made message table: server-to-client, raw, covered (claimed, released and
+    accounted), public by config, or uncovered (a claimed kind not routed through the mechanism is
+    uncovered too)."""
+    from types import SimpleNamespace
+
+    from fgx.federation.channel import Message
+
+    class Accounting:
+        name, accounts = "acc", True
+
+        @classmethod
+        def covers(cls, params):
+            return {"update", "unrouted"}
+
+    class NotAccounting(Accounting):
+        name, accounts = "none", False
+
+    messages = {"update": Message("up", release=True), "unrouted": Message("up"), "emb": Message("peer", release=True),
+                "x": Message("up", raw=True, reason="public features"), "model": Message("down"),
+                "stats": Message("any")}
+    cov = coverage(Accounting, SimpleNamespace(public_messages=["stats"]), messages)
+    assert (cov.covered, cov.public, cov.raw, cov.uncovered, cov.server) == (
+        ("update",), ("stats",), ("x",), ("emb", "unrouted"), ("model",))
+    assert cov.as_dict()["server_to_client"] == ["model"] and cov.as_dict()["epsilon_covers"] == ["update"]
+    none = coverage(NotAccounting, SimpleNamespace(), messages)
+    assert none.covered == () and none.uncovered == ("emb", "stats", "unrouted", "update") and not none.accounts
+    assert none.as_dict(features_public=True)["raw_data_sent"] is True

@@ -119,8 +119,7 @@ def coverage(mechanism_cls, params, messages: dict) -> Coverage:
 
 
 def algorithm_messages(algo_cls, params) -> dict:
-    narrow = getattr(algo_cls, "messages_for", None)
-    return narrow(params) if callable(narrow) else algo_cls.messages
+    return algo_cls.messages_for(params)
 
 
 def check_coverage(validated) -> Coverage:

@@ -128,6 +128,7 @@ def test_dp_fedavg_state_survives_a_checkpoint():
         return m.aggregate("update", {"w": torch.zeros(6)}, num_contributors=4, round=2)["w"]
 
     before = fresh()
+    assert before.headline()["epsilon"] == 0.0 and before.report()["epsilon"] == 0.0   # nothing released yet
     noise(before)
     before.on_round_end(1)
     buf = io.BytesIO()

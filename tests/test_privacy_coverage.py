@@ -116,6 +116,7 @@ def test_ce_fedgnn_with_dp_fedavg_is_refused_before_any_work(tmp_path, monkeypat
 def test_unknown_public_message_kind_is_a_config_error():
     _, err = outcome(job("fedavg", "dp_fedavg", "algorithm.weighting=uniform", "privacy.public_messages=[updates]"))
     assert err is not None and err.key == "privacy.public_messages" and "'update'" in str(err)
+    assert err.value == ["updates"]
 
 
 def run_and_check(tmp_path, algo: str, mech: str, overrides: list[str], v) -> None:

@@ -128,7 +128,7 @@ def check_coverage(validated) -> Coverage:
     params = validated.params["privacy"]
     algo_name, mech_name = validated.names["algorithm"], validated.names["privacy"]
     messages = algorithm_messages(validated.entries["algorithm"].obj, validated.params["algorithm"])
-    unknown = sorted(set(getattr(params, "public_messages", None) or []) - set(messages))
+    unknown = sorted(set(params.public_messages or []) - set(messages))
     if unknown:
         raise ConfigError("privacy.public_messages", unknown, f"message kinds algorithm '{algo_name}' declares: "
                           f"{sorted(messages)}")

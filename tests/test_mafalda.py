@@ -412,6 +412,7 @@ def test_noise_free_dsgd_is_deterministic_and_rounds_are_checked(run_fgx):
     (["algorithm=mf_dsgd", "privacy=mf_gdp"], "privacy.correlation"),         # MF-D-SGD names its correlation
     (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=secldp"], "privacy.secret_scale"),
     (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.attackers=[15]"], "privacy.attackers"),
+    (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.attackers=[]"], "privacy.attackers"),
     (["algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.trust_model=pndp", "privacy.max_accounting_gb=0.000001"],
      "privacy.trust_model"),
     (["algorithm=fedavg", "privacy=mf_gdp", "dataset=csbm", "partitioner=random", "model=gcn"], "privacy.name"),

@@ -100,6 +100,9 @@ class MFGDP(PrivacyMechanism):
             raise ConfigError("privacy.secret_scale", params.secret_scale,
                               "> 0 with trust_model=secldp (its guarantee comes from the DECOR secrets; without "
                               "them SecLDP is PNDP: use trust_model=pndp)")
+        if params.attackers is not None and not params.attackers:
+            raise ConfigError("privacy.attackers", [], "at least one node id, or null for every node (with no "
+                              "attacker there is no pair to account, and ε = 0 would claim what was not checked)")
         if validated.names["partitioner"] != "topology":
             return          # the algorithm refuses this config with its own message
         from fgx.decentral.topology import build_graph, gossip_matrix
@@ -171,8 +174,7 @@ class MFGDP(PrivacyMechanism):
             table = pairwise_table(rel.w, rel.graph, steps, b_acc, corr.c_local, attackers, p.trust_model, sigma,
                                    p.alpha, p.delta, p.sens_bound, p.secret_scale, rel.gossip_steps)
             worst = table["worst_pair"]
-            self.account.update(mu=worst["mu"] if worst else 0.0, epsilon=worst["epsilon"] if worst else 0.0,
-                                worst_pair=worst, attackers=attackers, by_distance=table["by_distance"],
+            self.account.update(mu=worst["mu"], epsilon=worst["epsilon"], worst_pair=worst, attackers=attackers, by_distance=table["by_distance"],
                                 pairs=table["pairs"])
             if p.secret_scale > 0 and p.trust_model == "pndp":
                 self.account["note"] = ("pndp accounting ignores the DECOR secrets (valid, conservative); "

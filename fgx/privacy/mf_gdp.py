@@ -174,8 +174,8 @@ class MFGDP(PrivacyMechanism):
             table = pairwise_table(rel.w, rel.graph, steps, b_acc, corr.c_local, attackers, p.trust_model, sigma,
                                    p.alpha, p.delta, p.sens_bound, p.secret_scale, rel.gossip_steps)
             worst = table["worst_pair"]
-            self.account.update(mu=worst["mu"], epsilon=worst["epsilon"], worst_pair=worst, attackers=attackers, by_distance=table["by_distance"],
-                                pairs=table["pairs"])
+            self.account.update(mu=worst["mu"], epsilon=worst["epsilon"], worst_pair=worst, attackers=attackers,
+                                by_distance=table["by_distance"], pairs=table["pairs"])
             if p.secret_scale > 0 and p.trust_model == "pndp":
                 self.account["note"] = ("pndp accounting ignores the DECOR secrets (valid, conservative); "
                                         "trust_model=secldp counts them")

@@ -42,7 +42,7 @@ class MFGDPParams(PrivacyParams):
         choices=["zero_out", "replace_one"], help="zero_out: Δ = clip/batch (the authors'); replace_one: 2·clip/batch"))
     sens_bound: str = field(default="abs_sum_capped", metadata=spec(choices=list(BOUNDS)))
     attackers: list[int] | None = field(default=None, metadata=spec(
-        min=0, help="pndp/secldp: nodes that play the attacker, each alone; null: every node"))
+        min=0, help="pndp/secldp: nodes that play the attacker, each alone (at least one); null: every node"))
     secret_scale: float = field(default=0.0, metadata=spec(
         min=0.0, help="DECOR pairwise secrets, std relative to the local noise; secldp needs > 0"))
     alpha: float = field(default=2.0, metadata=spec(gt=1.0, help="Rényi order reported beside ε"))

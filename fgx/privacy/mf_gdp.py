@@ -100,7 +100,7 @@ class MFGDP(PrivacyMechanism):
             raise ConfigError("privacy.secret_scale", params.secret_scale,
                               "> 0 with trust_model=secldp (its guarantee comes from the DECOR secrets; without "
                               "them SecLDP is PNDP: use trust_model=pndp)")
-        if params.attackers is not None and not params.attackers:
+        if params.trust_model != "ldp" and params.attackers is not None and not params.attackers:
             raise ConfigError("privacy.attackers", [], "at least one node id, or null for every node (with no "
                               "attacker there is no pair to account, and ε = 0 would claim what was not checked)")
         if validated.names["partitioner"] != "topology":

@@ -17,7 +17,9 @@ their evaluations and checkpoints; OpenFGL: FGLTrainer.train()), start-up (proce
 first round), the whole process (wall time and peak RSS of the child, from wait4) and the final test
 accuracy under one evaluation definition (--eval-model; default local: each client's model after its
 local step, OpenFGL's default local_model_on_local_data; the accuracy pooled over all clients' test
-nodes). Also: a bare `import torch_geometric` process (the import floor both tools pay) and
+nodes). Also two floors: a bare `import torch_geometric` process (the import both tools pay) and a
+bare PyTorch process that takes one Adam step on one parameter (what any PyTorch trainer pays before
+its first round: `import torch`, and `torch._dynamo`, which the first optimizer imports), and
 `fgx run algorithm=nope` (must fail fast, naming the allowed values).
 
 Matched settings where the two tools' defaults differ: both compute accuracy only (fgx
@@ -188,6 +190,8 @@ def main() -> int:
         floor = Bench(repeats=a.repeats)
         floor.run({"import torch_geometric": lambda rep: {"process_s": run_process(
                        [sys.executable, "-c", "import torch_geometric"]).check("import").wall_s},
+                   "torch: one Adam step": lambda rep: {"process_s": run_process(
+                       [sys.executable, "-c", TORCH_FIRST_STEP]).check("torch step").wall_s},
                    "fgx run algorithm=nope": lambda rep: nope(env)})
         for algo in algos:
             bench.run({f"fgx {algo}": fgx_variant(algo), f"openfgl {algo}": peer_variant(algo)})
@@ -210,11 +214,18 @@ def main() -> int:
         fs = floor.stats("fgx run algorithm=nope")
         result["startup"] = {"fgx_startup_s": round(fa["startup_s"]["median"], 3),
                              "import_torch_geometric_s": round(floor.median("import torch_geometric", "process_s"), 3),
+                             "torch_first_step_s": round(floor.median("torch: one Adam step", "process_s"), 3),
                              "fgx_fail_fast_s": round(fs["process_s"]["median"], 3)}
         result["eval_model"] = a.eval_model
         result["targets_met"] = targets_met(result)
         final_json(result)
     return 0
+
+
+# the least a PyTorch trainer does before its first round; Optimizer.add_param_group is wrapped by
+# torch._disable_dynamo, whose first call imports torch._dynamo
+TORCH_FIRST_STEP = ("import torch; p = torch.nn.Parameter(torch.zeros(4)); opt = torch.optim.Adam([p]); "
+                    "p.sum().backward(); opt.step()")
 
 
 def nope(env: dict) -> dict:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from fgx.algorithms.fedgsp import (inverse_weighting, laplacian, newton_rows, optimise_graph,
-                                   personalised_average, simplex_projection, w_update, FedGSPParams)
+                                   personalised_average, similarity_matrix, simplex_projection, w_update, FedGSPParams)
 from fgx.homophily import adjusted_homophily, edge_homophily, node_homophily
 from fgx.models.unifilter import propagation_matrix, unifilter_bases
 
@@ -123,6 +123,12 @@ def test_optimised_graph_rows_on_simplex_and_r_s_on_simplex():
         assert (w >= 0).all()
         torch.testing.assert_close(w.sum(1), torch.ones(m, dtype=torch.float64))
         assert sim.shape == (m, m)
+    # the homophily similarity is cos of the summed angles times 1/3 (the code's) or 1/k (angle_mean=mean)
+    r = inverse_weighting(p_desc, lap, 1.0)
+    for mean, factor in (("one_third", 1.0 / 3), ("mean", 1.0 / k)):
+        _, _, sim = optimise_graph(w0, torch.zeros(m, dtype=torch.float64), p_desc, q_desc, k,
+                                   FedGSPParams(angle_mean=mean))
+        torch.testing.assert_close(sim, similarity_matrix(p_desc, r, k, factor))
     # a single warm Newton step from the converged b̂ stays there
     t = torch.randn(m, m, generator=g, dtype=torch.float64)
     w1, b1 = w_update(t, 1.0, torch.zeros(m, dtype=torch.float64), "converge")
@@ -200,12 +206,34 @@ def test_fedgsp_one_round_on_a_tiny_graph(run_fgx):
     assert w.shape == (5, 5) and (w >= 0).all()
     assert torch.tensor(graphs[0]["W_K"]).shape == (3, 5, 5)
     assert "complementarity_ratio" in graphs[0] and "heterogeneity" in graphs[0]
+    assert graphs[0]["row_sum_min"] == pytest.approx(1.0) and graphs[0]["row_sum_max"] == pytest.approx(1.0)
+    (hhat,) = [json.loads(line)["hhat"] for line in (run / "fedgsp_clients.jsonl").read_text().splitlines()]
+    assert len(hhat) == 5 and all(0.0 <= h <= 1.0 for h in hhat)
+    loss = json.loads((run / "metrics.jsonl").read_text().splitlines()[0])["train_loss"]
+    assert math.isfinite(loss) and loss > 0
     comm = json.loads((run / "comm.json").read_text())
     assert comm["totals"].get("spectral_descriptors", 0) > 0 and comm["totals"].get("model", 0) > 0
     part = json.loads((run / "partition.json").read_text())
     h = [c["edge_homophily"] for c in part["clients"]]
     assert h[0] < 0.35 and h[-1] > 0.75                           # per-client homophily spread
     assert all("adjusted_homophily" in c and "node_homophily" in c for c in part["clients"])
+
+
+def test_fedgsp_resume_gives_the_same_metrics(run_fgx):
+    """The checkpoint holds the collaboration graphs and the personalised models still to be sent."""
+    from fgx.cli import main
+
+    args = ["dataset=hetero_homophily", "dataset.num_communities=3", "dataset.nodes_per_community=40",
+            "dataset.num_features=8", "partitioner=by_community", "model=unifilter", "model.K=2", "model.hidden=8",
+            "algorithm=fedgsp", "algorithm.k_principal=2", "eval_every=1"]
+
+    def metrics(run):
+        return [(r["round"], r["split"], r["mean"]) for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines())]
+
+    full = metrics(run_fgx(*args, "rounds=3"))
+    part = run_fgx(*args, "rounds=2")
+    assert main(["run", *args, "rounds=3", "resume=true", f"hydra.run.dir={part}"]) == 0
+    assert metrics(part) == full
 
 
 def test_fedgsp_refuses_other_models(run_fgx, tiny_cfg):

@@ -362,3 +362,49 @@ def test_resume_gives_the_same_metrics(algo, extra, run_fgx, tiny_cfg):
     part = run_fgx(*args, "rounds=2")
     assert main(["run", *args, "rounds=3", "resume=true", f"hydra.run.dir={part}"]) == 0
     assert _metrics(part) == full
+
+
+# ---- pieces the runs above do not pin down (from mutation testing, docs/testing.md) -------------------
+
+def test_fediih_kl_term_is_the_gaussian_kl_plus_half_the_prior_variance():
+    from torch.distributions import Normal, kl_divergence
+
+    from fgx.algorithms.fediih import gaussian_kl
+
+    g = torch.Generator().manual_seed(0)
+    mu_q, logvar_q, mu_p = (torch.randn(5, 3, generator=g, dtype=torch.float64) for _ in range(3))
+    want = kl_divergence(Normal(mu_q, (0.5 * logvar_q).exp()), Normal(mu_p, torch.ones_like(mu_p)))
+    torch.testing.assert_close(gaussian_kl(mu_q, logvar_q, mu_p), want)
+    torch.testing.assert_close(gaussian_kl(mu_q, logvar_q, mu_p, 0.3), want + 0.15)
+
+
+def test_fedtad_pseudo_node_classes_put_the_remainder_in_the_last_class():
+    from fgx.algorithms.fedtad import balanced_classes
+
+    assert torch.bincount(balanced_classes(11, 3)).tolist() == [3, 3, 5]
+    assert torch.bincount(balanced_classes(9, 3)).tolist() == [3, 3, 3]
+
+
+def test_fedtad_generator_minimises_semantic_minus_kd_plus_diversity(run_fgx, tiny_cfg, monkeypatch):
+    """The generator's loss is lam1·semantic - KD + lam2·(clients)·diversity: with each term replaced by a
+    known constant (gradients still flowing), the recorded generator loss is that sum."""
+    import fgx.algorithms.fedtad as fedtad
+
+    monkeypatch.setattr(fedtad, "class_semantic_loss", lambda logits, ckr, classes: sum(l.sum() for l in logits) * 0 + 2.0)
+    monkeypatch.setattr(fedtad, "class_kd_loss", lambda g, logits, ckr, classes: g.sum() * 0 + 1.0)
+    monkeypatch.setattr(fedtad, "diversity_loss", lambda z, x: x.sum() * 0 + 5.0)
+    run = run_fgx(*tiny_cfg, "algorithm=fedtad", "algorithm.glb_epochs=1", "algorithm.num_gen=20", "rounds=1",
+                  "algorithm.lam1=0.5", "algorithm.lam2=0.25")
+    (row,) = _jsonl(run / "fedtad_distill.jsonl")
+    assert row["generator_loss"] == pytest.approx(0.5 * 2.0 - 1.0 + 0.25 * 3 * 5.0)     # 3 clients
+
+
+def test_fediih_refuses_mini_batches_naming_the_key(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match=r"algorithm\.batch_size=8 .*FedIIH trains full batch"):
+        run_fgx(*tiny_cfg, "algorithm=fediih", "algorithm.batch_size=8")
+
+
+def test_fedgnn_refuses_a_share_layer_the_model_does_not_have(run_fgx, tiny_cfg, capsys):
+    run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.share_layer=2", "model.layers=2", expect_rc=2)
+    err = capsys.readouterr().err
+    assert "algorithm.share_layer=2" in err and "message-passing layers (2)" in err

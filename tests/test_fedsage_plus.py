@@ -29,6 +29,8 @@ def test_two_rounds_on_a_tiny_graph(run_fgx, tiny_cfg):
     assert set(comm["per_round"]["0"]) == KINDS - {"global_weights", "update"}   # NeighGen: setup, round 0
     rows = [json.loads(l) for l in (run / "fedsage_neighgen.jsonl").read_text().splitlines()]
     assert [r["phase"] for r in rows] == ["local"] * 3 + ["federated"] * 2
+    assert [r["epoch"] for r in rows] == [0, 1, 2, 0, 1]
+    assert all(r["loss_total"] > 0 for r in rows)
 
 
 def test_no_payload_carries_a_raw_feature_row(run_fgx, tiny_cfg, recorded):

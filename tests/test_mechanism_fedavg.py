@@ -81,3 +81,20 @@ def test_dp_fedavg_releases_are_clipped_and_the_average_carries_noise_of_the_con
     assert abs(float(np.std(noise)) / std - 1) < 0.05, (float(np.std(noise)), std)
     assert abs(float(np.mean(noise))) < 5 * std / np.sqrt(noise.size)
     assert stats.kstest(noise, "norm", args=(0, std)).pvalue > 1e-4
+
+
+def test_fedper_new_base_is_the_train_weighted_average_of_received_base_updates(recorded, run_fgx):
+    """FedPer averages only the base (the heads stay home), weighted like FedAvg by training items."""
+    run_fgx(*UNEQUAL, "algorithm=fedper", "algorithm.local_steps=2", "rounds=3")
+    n_train = train_counts(recorded["clients"])
+    assert len(set(n_train)) > 1, n_train
+    glob = {r: floats(msgs[0][2]) for r, msgs in by_round(recorded, "global_base").items()}
+    ups = by_round(recorded, "base_update")
+    for r in sorted(glob)[:-1]:
+        deltas = [floats(p) for _, _, p in ups[r]]
+        weights = [n_train[src] for src, _, _ in ups[r]]
+        want = {k: glob[r][k] + v for k, v in _average(deltas, weights).items()}
+        uniform = {k: glob[r][k] + v for k, v in _average(deltas, [1.0] * len(deltas)).items()}
+        err = (flat(glob[r + 1]) - flat(want)).abs().max().item()
+        assert err < 1e-5, f"round {r}: new base differs from the train-weighted average by {err}"
+        assert (flat(uniform) - flat(want)).abs().max().item() > 100 * max(err, 1e-7)

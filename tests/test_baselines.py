@@ -129,6 +129,13 @@ def test_fedpub_recorded_weights_follow_the_sent_embeddings(recorded, run_fgx, t
         assert torch.allclose(torch.tensor(row["W"]), w / w.sum(1, keepdim=True), atol=1e-5)
     totals = json.loads((run / "comm.json").read_text())["totals"]
     assert set(totals) == {"proxy_graph", "personalised_weights", "weights", "functional_embedding"}
+    # each client learns a sparse mask for every weight matrix (not for biases), which the L1 term moves
+    ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
+    algo = ckpt["algorithm"] if "algorithm" in ckpt else ckpt
+    for model, masks in zip(algo["models"], algo["masks"]):
+        assert set(masks) == {k for k, v in model.items() if v.dim() >= 2} and masks
+        assert all(masks[k].shape == model[k].shape for k in masks)
+        assert any(not torch.equal(m, torch.ones_like(m)) for m in masks.values())
 
 
 def test_fedpub_similarity_weights_formula():

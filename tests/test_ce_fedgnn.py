@@ -39,7 +39,7 @@ def test_sharing_layer_zero_is_refused(tmp_path, monkeypatch):
     with pytest.raises(SystemExit, match="share_layers"):
         main(["run", *TINY_CE, "algorithm.share_layers=[0,1]"])
     # raw layer-0 rows are refused before any work (no run directory) unless the features are public
-    with pytest.raises(SystemExit, match="does not declare its node features public"):
+    with pytest.raises(SystemExit, match="algorithm.remote_layer0='raw' .*does not declare its node features public"):
         main(["run", *TINY_CE, "algorithm.remote_layer0=raw", f"hydra.run.dir={tmp_path / 'r'}"])
     assert not (tmp_path / "r").exists()
 
@@ -382,3 +382,41 @@ def test_metric_dp_headline_percentile_must_be_one_of_the_measured():
         MetricDPParams(headline_percentile=80).validate("privacy")
     assert (err.value.key, err.value.value) == ("privacy.headline_percentile", 80)
     assert "one of percentiles" in str(err.value)
+
+
+def test_update_layers_reach_upstream_from_the_seeds_of_a_step():
+    """Layer i is updated for the owned nodes within L-1-i hops upstream of the step's seeds; on an edge
+    task the seeds are the owned endpoints of the step's edges."""
+    from types import SimpleNamespace
+
+    from fgx.algorithms.ce_fedgnn import _update_layers
+
+    # owned nodes 0..4 on a directed path 0 -> 1 -> 2 -> 3 -> 4; node 5 is a halo node
+    path = torch.tensor([[0, 1, 2, 3], [1, 2, 3, 4]])
+    edges = torch.tensor([[3, 0, 5], [4, 1, 2]])        # the task's edges (edge task)
+    c = SimpleNamespace(view=SimpleNamespace(x=torch.zeros(6, 2), edge_index=edges), n_own=5,
+                        owned_mp_edges=path, task="edge")
+    masks = _update_layers(c, torch.tensor([0, 2]), 3)     # seed edges 3->4 and 5->2: owned seeds 2, 3, 4
+    assert [m.nonzero().view(-1).tolist() for m in masks] == [[0, 1, 2, 3, 4], [1, 2, 3, 4], [2, 3, 4]]
+    c.task = "node"
+    masks = _update_layers(c, torch.tensor([4]), 2)
+    assert [m.nonzero().view(-1).tolist() for m in masks] == [[3, 4], [4]]
+    assert all(m.all() for m in _update_layers(c, None, 2))
+
+
+def test_attribute_inference_models_the_released_normalisation(run_fgx, monkeypatch):
+    """Under metric-DP with embedding_norm=normalize the attacker's embedding map normalises too, as
+    the release did: it compares like with like."""
+    import fgx.privacy.attacks as attacks
+
+    seen = []
+
+    def spy(embed, released, init, steps, lr):
+        seen.append((float(embed(init).detach().norm()), float(released.norm())))
+        return init
+    monkeypatch.setattr(attacks, "reconstruct_features", spy)
+    run_fgx(*TINY_CE, "algorithm.aia_targets=4", "privacy=metric_dp", "privacy.sigma0=0.001", "privacy.k=5",
+            METRIC_DP_PUBLIC)
+    assert len(seen) == 4
+    for attacker, released in seen:
+        assert attacker == pytest.approx(1.0, abs=1e-5) and released == pytest.approx(1.0, abs=0.05)

@@ -65,3 +65,15 @@ def test_checkpoint_is_written_once_per_interval_and_after_the_last_round(run_fg
     saved.clear()
     run_fgx(*tiny_cfg, "rounds=4", "eval_every=1", "output.checkpoint_every_s=0")
     assert saved == [1, 2, 3, 4]
+
+
+def test_each_clients_evaluation_items_are_found_once_per_run(run_fgx, tiny_cfg, monkeypatch):
+    """The items a client is scored on do not change between evaluations of the same view: they are
+    looked up once, not at every round (a tenth of a Cora client's evaluation)."""
+    import fgx.algorithms.base as base
+
+    calls, real = [], base.eval_items
+    monkeypatch.setattr(base, "eval_items", lambda view, task, splits, subset, seed, cid:
+                        calls.append((cid, tuple(splits), subset)) or real(view, task, splits, subset, seed, cid))
+    run_fgx(*tiny_cfg, "rounds=3", "eval_every=1")
+    assert calls and len(calls) == len(set(calls)), calls

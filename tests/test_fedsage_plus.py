@@ -33,6 +33,17 @@ def test_two_rounds_on_a_tiny_graph(run_fgx, tiny_cfg):
     assert all(r["loss_total"] > 0 for r in rows)
 
 
+def test_without_the_cross_term_or_the_classifier_term(run_fgx, tiny_cfg):
+    """cross_weight=0: NeighGen's federated epochs run on each client without any exchange; cls_weight=0:
+    no auxiliary classifier loss (recorded as 0)."""
+    run = run_fgx(*tiny_cfg, *SMALL, "rounds=1", "algorithm.cross_weight=0", "algorithm.cls_weight=0")
+    comm = json.loads((run / "comm.json").read_text())
+    assert set(comm["totals"]) == {"global_weights", "update"}
+    rows = [json.loads(l) for l in (run / "fedsage_neighgen.jsonl").read_text().splitlines()]
+    assert [r["phase"] for r in rows] == ["local"] * 3 + ["federated"] * 2
+    assert all(r["loss_cls"] == 0.0 and r["loss_total"] > 0 for r in rows)
+
+
 def test_no_payload_carries_a_raw_feature_row(run_fgx, tiny_cfg, recorded):
     seen = recorded
     run_fgx(*tiny_cfg, *SMALL, "rounds=1")

@@ -212,7 +212,7 @@ def audited(monkeypatch):
     import fgx.trainer as trainer
     from fgx.federation.channel import Channel
 
-    seen = {"payloads": [], "data": None, "clients": None, "declared_raw": set()}
+    seen = {"payloads": [], "endpoints": [], "data": None, "clients": None, "declared_raw": set()}
     real_graph, real_clients = trainer.check_graph, trainer.check_clients
 
     def grab_graph(ds, name):
@@ -225,8 +225,10 @@ def audited(monkeypatch):
 
     class AuditedChannel(Channel):
         def __init__(self, messages, **kw):
-            super().__init__(messages, auditor=lambda kind, p, src, dst, r: seen["payloads"].append((kind, p)),
-                             **{k: v for k, v in kw.items() if k != "auditor"})
+            def auditor(kind, p, src, dst, r):
+                seen["payloads"].append((kind, p))
+                seen["endpoints"].append((kind, src, dst))
+            super().__init__(messages, auditor=auditor, **{k: v for k, v in kw.items() if k != "auditor"})
             seen["declared_raw"] = {k for k, m in messages.items() if m.raw}
 
     monkeypatch.setattr(trainer, "check_graph", grab_graph)
@@ -259,6 +261,12 @@ def test_no_payload_carries_raw_data(preset, name, task, audited, run_fgx):
     assert (run / "summary.json").exists()
     problems = audit(audited)
     assert not problems, f"{preset} on {task}: " + "; ".join(problems[:5])
+    # every message goes from one party to another: a client id, the server or FedPerGNN's third party
+    # (the ledger the privacy accounting and the communication totals are kept by)
+    parties = set(range(len(audited["clients"]))) | {"server", "third_party"}
+    wrong = {(kind, src, dst) for kind, src, dst in audited["endpoints"]
+             if src not in parties or dst not in parties or src == dst}
+    assert not wrong, f"{preset} on {task}: messages between unknown parties: {sorted(map(str, wrong))[:5]}"
 
 
 LEAKS = {   # what a leaking algorithm sends (from its client's view), and what the audit must say

@@ -77,8 +77,13 @@ def test_fedrap_loss_pushes_personality_away_from_commonality():
 def test_fedrap_shares_commonality_keeps_personality(run_fgx, watch):
     from fgx.algorithms.fedrap import FedRAP
     seen = watch(FedRAP)
-    completed(run_fgx(*TINY, "algorithm=fedrap", "algorithm.local_epochs=1", "algorithm.schedule=fixed"))
+    from fgx.algorithms.fedrap import weights_at
+    run = run_fgx(*TINY, "algorithm=fedrap", "algorithm.local_epochs=1", "algorithm.schedule=fixed")
+    completed(run)
     algo = seen["algo"]
+    rows = [json.loads(line) for line in (run / "fedrap_sparsity.jsonl").read_text().splitlines()]
+    assert [(row["lambda"], row["mu"]) for row in rows] == [weights_at(algo.params, r) for r in (1, 2)]
+    assert all(0.0 <= row["sparsity"] <= 1.0 for row in rows)
     assert {k for k, *_ in seen["sent"]} == {"item_updates", "item_embeddings"}
     personal = [c.model.item_personal.weight.detach() for c in algo.clients]
     users = [c.model.user_emb.weight.detach() for c in algo.clients]
@@ -168,6 +173,7 @@ def test_f2mf_sends_group_statistics_and_trains_with_them(run_fgx, watch, monkey
     one = [completed(run_fgx(*args, f"algorithm.fair_lambda={lam}", "rounds=1", "eval_every=1"))["final"]
            for lam in (50, 0)]
     assert one[0] == one[1]
+    assert {"ndcg@20_advantaged", "ndcg@20_disadvantaged"} <= set(one[0])     # the two groups' NDCG
 
 
 def test_f2mf_noise_is_laplace_with_the_declared_scale():
@@ -264,6 +270,19 @@ def test_fedpub_ranking_personalised_aggregation(run_fgx, watch, monkeypatch, tm
     # the masks are trained and never sent
     for c in clients:
         assert any(not torch.equal(m, torch.ones_like(m)) for m in c.extra["masks"].values())
+
+
+def test_fedpub_ranking_local_epochs_step_over_mini_batches(run_fgx, monkeypatch, tmp_path):
+    """With local_epochs, each epoch walks the client's training pairs in batches of batch_size."""
+    from fgx.recsys import losses
+
+    monkeypatch.setenv("FGX_DATA_DIR", str(tmp_path / "cache"))
+    sizes, real = [], losses.bpr_loss
+    monkeypatch.setattr(losses, "bpr_loss", lambda pos, neg: sizes.append(pos.size(0)) or real(pos, neg))
+    completed(run_fgx(*TINY, "algorithm=fedpub", "model=lgcn", "algorithm.local_epochs=1", "algorithm.batch_size=16",
+                      "model.frequency=16", "model.bias_dim=8", "algorithm.proxy_users=40",
+                      "algorithm.proxy_items=40", "rounds=1", "eval_every=1"))
+    assert max(sizes) == 16 and len(sizes) > 3 * 2      # 3 clients, several batches each
 
 
 def test_fedpub_ranking_needs_lgcn(run_fgx):

@@ -187,3 +187,8 @@ def test_aggregates_compute_what_individual_remote_rows_would(model_name, layer0
         want = model.head(model.activate(1, pre[:n]), None, with_halo, None)
     assert sw["count"].max() > 1                        # some boundary node has several remote neighbours
     assert torch.allclose(got, want, atol=1e-5)
+
+
+def test_swift_refuses_local_epochs_naming_the_key(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match=r"algorithm\.local_epochs=1 .*use local_steps"):
+        run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.local_epochs=1")

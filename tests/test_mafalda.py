@@ -584,3 +584,81 @@ def test_mf_gdp_account_names_what_it_covers_and_replace_one_doubles_the_sensiti
     assert (h["mechanism"], h["trust_model"], h["correlation"], h["epsilon"], h["epsilon_ldp"]) == (
         "mf_gdp", "ldp", "identity", a["epsilon"], a["ldp"]["epsilon"])
     assert h["epsilon_ldp"] > 0
+
+
+# ---------------------------------------------------------------------------- from mutation testing
+def test_pairwise_table_caps_each_pattern_at_its_ldp_value_only_under_abs_sum_capped():
+    g, w = florentine()
+    capped = pairwise_table(w, g, 10, attackers=[0])
+    raw = pairwise_table(w, g, 10, attackers=[0], bound="abs_sum")
+    ldp = capped["ldp"]["sens2"]
+    assert max(p["sens2"] for p in capped["pairs"]) <= ldp * (1 + 1e-12)
+    assert max(p["sens2"] for p in raw["pairs"]) > ldp * 1.05       # the cap binds somewhere
+
+
+def test_pairwise_table_accounts_the_given_correlation():
+    """Each pair's sens² is the largest pattern bound of the victim's Gram under C (capped at C's LDP
+    value), not under the identity."""
+    g, w = florentine()
+    steps = 4
+    c = np.tril(np.random.default_rng(2).normal(size=(steps, steps))) + 3 * np.eye(steps)
+    t = pairwise_table(w, g, steps, c_local=c, attackers=[0])
+    ldp_gram = c.T @ c
+    grams = victim_grams(w, steps, c, [0])
+    patterns = local_patterns(steps, 1)
+    for p in t["pairs"]:
+        x = grams[p["victim"]]
+        want = max(min(pattern_bound(x[np.ix_(q, q)]), pattern_bound(ldp_gram[np.ix_(q, q)])) for q in patterns)
+        assert p["sens2"] == pytest.approx(want, rel=1e-9)
+    plain = pairwise_table(w, g, steps, attackers=[0])
+    assert any(abs(a["sens2"] - b["sens2"]) > 1e-3 for a, b in zip(t["pairs"], plain["pairs"]))
+
+
+def test_knowledge_gram_gives_the_attackers_own_gradients_no_weight_and_names_missing_secrets():
+    _, w = florentine()
+    n, steps = w.shape[0], 3
+    for trust, extra in (("pndp", {}), ("secldp", {"secrets": oriented_incidence(w)})):
+        x = knowledge_gram(w, steps, None, trust, [0, 4], **extra)
+        assert np.isfinite(x).all()
+        for a in (0, 4):
+            own = a + n * np.arange(steps)
+            assert np.abs(x[own, :]).max() == 0.0 and np.abs(x[:, own]).max() == 0.0   # Lemma 11
+    with pytest.raises(ValueError, match=r"^secldp needs the oriented incidence matrix of the secrets$"):
+        knowledge_gram(w, steps, None, "secldp", [0])
+
+
+def test_ldp_victim_grams_without_a_correlation_are_the_identity():
+    _, w = florentine()
+    grams = victim_grams(w, 3, None, [0], "ldp")
+    assert len(grams) == w.shape[0] - 1 and all(np.array_equal(x, np.eye(3)) for x in grams.values())
+
+
+def test_victim_sens2_uses_the_bound_it_is_given():
+    from fgx.privacy.mf.participation import node_patterns
+    _, w = florentine()
+    n, steps = w.shape[0], 10
+    x = knowledge_gram(w, steps, None, "pndp", [0])
+    capped, raw = victim_sens2(x, n, steps, 1, 1, "abs_sum_capped"), victim_sens2(x, n, steps, 1, 1, "abs_sum")
+    assert raw == pytest.approx(sens2_from_gram(x, node_patterns(n, steps, 1, 1), "abs_sum"))
+    assert raw > capped
+
+
+def test_projector_rank_is_relative_to_the_largest_singular_value():
+    from fgx.privacy.mf.sensitivity import projector
+    rng = np.random.default_rng(0)
+    u, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    v, _ = np.linalg.qr(rng.normal(size=(3, 3)))
+    b = u @ np.diag([1e6, 1.0, 1e-7]) @ v.T        # 1e-7 < 1e-10 · 3 · 1e6: numerically rank 2
+    p = projector(b)
+    assert np.trace(p) == pytest.approx(2.0) and np.allclose(p, v[:, :2] @ v[:, :2].T, atol=1e-8)
+
+
+def test_solver_reports_its_objective_and_iterations_and_uses_curvature():
+    _, w = florentine()
+    h = gossip_gram(w, 12)
+    short = optimise_gram(h, 3, 4, max_iter=3)
+    assert short.iterations == 3 and short.status == "max_iter"
+    done = optimise_gram(h, 3, 4)
+    assert done.objective == pytest.approx(float(np.sum(h * np.linalg.inv(done.x))), rel=1e-12)
+    # the one-pair L-BFGS direction: 36 iterations here (measured), more than 80 with a wrong pair
+    assert done.iterations < 50

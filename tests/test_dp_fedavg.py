@@ -140,3 +140,33 @@ def test_dp_fedavg_state_survives_a_checkpoint():
     expected = noise(before)
     assert not torch.equal(noise(fresh()), expected)      # the stream's position is part of the state
     assert torch.equal(noise(after), expected)
+
+
+def test_dp_fedavg_refusals_name_the_key_and_why():
+    from types import SimpleNamespace
+
+    from fgx.config import ConfigError
+    from fgx.privacy.dp_fedavg import DPFedAvg, DPFedAvgParams
+    params = DPFedAvgParams(noise_multiplier=1.0, clip=1.0)
+
+    def validated(messages, **algorithm_params):
+        algo = SimpleNamespace(messages=messages)
+        return SimpleNamespace(names={"algorithm": "gossipy"}, entries={"algorithm": SimpleNamespace(obj=algo)},
+                               params={"algorithm": SimpleNamespace(**algorithm_params)})
+    with pytest.raises(ConfigError) as err:
+        DPFedAvg.check_config(params, validated({"model": SimpleNamespace(release=True)}))
+    assert (err.value.key, err.value.value) == ("privacy.name", "dp_fedavg")
+    assert "uploads model updates (message 'update'); 'gossipy' does not" in err.value.allowed
+    with pytest.raises(ConfigError) as err:
+        DPFedAvg.check_config(params, validated({"update": SimpleNamespace(release=True)}, client_fraction=0.5,
+                                                client_sampling="fixed"))
+    assert (err.value.key, err.value.value) == ("algorithm.client_sampling", "fixed")
+
+
+def test_dp_fedavg_without_noise_claims_no_finite_epsilon():
+    from types import SimpleNamespace
+
+    from fgx.privacy.dp_fedavg import DPFedAvg, DPFedAvgParams
+    m = DPFedAvg(DPFedAvgParams(noise_multiplier=0.0, clip=1.0))
+    m.bind(SimpleNamespace(seed=0, params=SimpleNamespace(client_fraction=1.0), clients=[None] * 3))
+    assert m.epsilon(5) == float("inf")

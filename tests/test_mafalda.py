@@ -662,3 +662,18 @@ def test_solver_reports_its_objective_and_iterations_and_uses_curvature():
     assert done.objective == pytest.approx(float(np.sum(h * np.linalg.inv(done.x))), rel=1e-12)
     # the one-pair L-BFGS direction: 36 iterations here (measured), more than 80 with a wrong pair
     assert done.iterations < 50
+
+
+def test_mf_gdp_uses_the_configured_solver_tolerance_and_reports_the_largest_message_std():
+    import networkx as nx
+    from fgx.decentral.topology import gossip_matrix
+    from fgx.privacy.mf.correlations import build_correlation
+
+    loose = _bound_mechanism("mafalda", 2, 3, 4, mu=1.0, solver_tol=1e-3).report()
+    want = build_correlation("mafalda", gossip_matrix(nx.path_graph(3)), 2, 3, 10_000, 1e-3)
+    assert loose["solver"]["iterations"] == want.iterations
+    assert want.iterations < build_correlation("mafalda", gossip_matrix(nx.path_graph(3)), 2, 3, 10_000, 1e-8).iterations
+    # the std of one message coordinate: lr · std · the largest row norm of the noise mixer
+    noise = loose["noise"]
+    row_norm = float(np.sqrt((want.noise_mixer ** 2).sum(1)).max())
+    assert noise["message_std_per_coordinate"] == pytest.approx(1.0 * noise["std_per_coordinate"] * row_norm)

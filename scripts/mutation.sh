@@ -98,7 +98,7 @@ if [ -z "$mode" ]; then
   rm -f mutmut.recheck mutmut.rerun.json mutmut.sample
 elif [ "$mode" = --sample ]; then
   # A package whose every mutant would take hours on 2 cores (fgx/privacy: ~3,300, fgx/algorithms:
-  # ~6,000) is scored on a simple random sample of its mutants; the report gives the estimate with a
+  # ~14,000) is scored on a simple random sample of its mutants; the report gives the estimate with a
   # 95% interval and every sampled survivor. mutmut has no sampling option and no "generate only"
   # command: a run asked for a mutant that does not exist generates all mutants and maps the tests
   # (saved in mutants/mutmut-stats.json), then stops; the sample is then run by name.

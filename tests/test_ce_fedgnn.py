@@ -420,3 +420,36 @@ def test_attribute_inference_models_the_released_normalisation(run_fgx, monkeypa
     assert len(seen) == 4
     for attacker, released in seen:
         assert attacker == pytest.approx(1.0, abs=1e-5) and released == pytest.approx(1.0, abs=0.05)
+
+
+def test_metric_dp_report_names_its_parameters_fixed_steps_and_queries_and_flags_clipping():
+    from types import SimpleNamespace
+
+    from fgx.privacy.metric_dp import MetricDP, MetricDPParams
+    m = MetricDP(MetricDPParams(sigma0=0.5, embedding_norm="clip", steps="fixed", fixed_steps=7, rho_queries=5,
+                                rho_population="boundary_only"))
+    m.bind(SimpleNamespace(seed=3))
+    g = torch.Generator().manual_seed(0)
+    m.release("embeddings", {"layer": 1, "ids": torch.arange(12), "values": torch.randn(12, 3, generator=g)},
+              src=0, round=1)
+    out = m.report()
+    p = m.params
+    assert out["params"] == {"sigma0": 0.5, "sigma1": p.sigma1, "sigma2": p.sigma2, "embedding_norm": "clip",
+                             "clip_embedding": p.clip_embedding, "clip_model": p.clip_model, "delta": p.delta,
+                             "k": p.k, "orders": p.orders}
+    assert out["steps_used"] == 7 and out["epsilon"]["releases"] == 7       # steps=fixed, not the 1 release
+    assert out["rho_population"]["queries"] == 5
+    assert out["note"] == ("embeddings were clipped, not normalised: the ε below assumes L2-normalised "
+                           "embeddings (Theorem 3.6) and is an interpretation, not a guarantee")
+
+
+def test_metric_dp_measures_rho_on_the_final_embeddings_with_the_run_seed():
+    from types import SimpleNamespace
+
+    from fgx.privacy.metric_dp import MetricDP, MetricDPParams
+    seeds = []
+    algo = SimpleNamespace(node_embeddings=lambda seed: seeds.append(seed) or torch.zeros(3, 2))
+    m = MetricDP(MetricDPParams(sigma0=0.5, rho_population="all_nodes"))
+    m.bind(SimpleNamespace(seed=11))
+    m.finish(algo)
+    assert seeds == [11] and m.final_embeddings.shape == (3, 2)

@@ -677,3 +677,16 @@ def test_mf_gdp_uses_the_configured_solver_tolerance_and_reports_the_largest_mes
     noise = loose["noise"]
     row_norm = float(np.sqrt((want.noise_mixer ** 2).sum(1)).max())
     assert noise["message_std_per_coordinate"] == pytest.approx(1.0 * noise["std_per_coordinate"] * row_norm)
+
+
+def test_mf_gdp_correlation_and_bound_errors_name_key_value_and_remedy():
+    from fgx.config import ConfigError
+    from fgx.privacy.mf_gdp import MFGDPParams, resolve_correlation
+    with pytest.raises(ConfigError) as err:
+        resolve_correlation(MFGDPParams(correlation="identity"), "mafalda_sgd", "mafalda")
+    assert (err.value.key, err.value.value) == ("privacy.correlation", "identity")
+    assert err.value.allowed == ("auto or 'mafalda' with algorithm=mafalda_sgd (its correlation); for another one "
+                                 "use algorithm=mf_dsgd privacy.correlation=identity")
+    with pytest.raises(ValueError, match=r"^sens_bound must be one of \['abs_sum_capped', 'abs_sum', 'lambda_max'\], "
+                                         r"got 'bogus'$"):
+        pattern_bound(np.eye(2), "bogus")

@@ -112,3 +112,23 @@ def test_named_order_grids_are_the_libraries_defaults():
     assert orders_for([2, 8]) == (2.0, 8.0)
     with pytest.raises(ValueError, match="unknown RDP order grid 'x'"):
         orders_for("x")
+
+
+def test_epsilon_table_uses_the_given_orders_and_the_exact_column_on_request():
+    from fgx.privacy.metric_dp_accounting import epsilon_table, exact_gaussian_epsilon, metric_dp_epsilon
+    coarse = (2.0, 4.0)
+    (row,) = epsilon_table({50: 0.8}, [0.5, 1.0], 3, 1e-5, orders=coarse, exact=True)
+    assert row["eps"] == {s: metric_dp_epsilon(0.8, s, 3, 1e-5, coarse) for s in (0.5, 1.0)}
+    assert row["eps"][0.5] != metric_dp_epsilon(0.8, 0.5, 3, 1e-5)          # the grid matters here
+    assert row["eps_exact"] == {s: exact_gaussian_epsilon(0.8, s, 3, 1e-5) for s in (0.5, 1.0)}
+    assert "eps_exact" not in epsilon_table({50: 0.8}, [0.5], 3, 1e-5)[0]
+
+
+def test_metric_dp_fixed_steps_needs_its_count():
+    from fgx.config import ConfigError
+    from fgx.privacy.metric_dp import MetricDPParams
+    with pytest.raises(ConfigError) as err:
+        MetricDPParams(steps="fixed").validate("privacy")
+    assert (err.value.key, err.value.value, err.value.allowed) == (
+        "privacy.fixed_steps", None, "an integer >= 1 when steps=fixed")
+    MetricDPParams(steps="fixed", fixed_steps=3).validate("privacy")

@@ -132,3 +132,10 @@ def test_metric_dp_fixed_steps_needs_its_count():
     assert (err.value.key, err.value.value, err.value.allowed) == (
         "privacy.fixed_steps", None, "an integer >= 1 when steps=fixed")
     MetricDPParams(steps="fixed", fixed_steps=3).validate("privacy")
+
+
+def test_knn_percentiles_use_at_most_the_other_nodes():
+    from fgx.privacy.metric_dp_accounting import knn_distance_percentiles
+    x = np.arange(5, dtype=np.float64)[:, None] * np.ones((1, 2))
+    out = knn_distance_percentiles(x, k=50)
+    assert out["k"] == 4 and out["nodes"] == 5

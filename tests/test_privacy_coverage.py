@@ -180,3 +180,6 @@ def test_coverage_puts_each_kind_in_exactly_one_bucket():
     none = coverage(NotAccounting, SimpleNamespace(), messages)
     assert none.covered == () and none.uncovered == ("emb", "stats", "unrouted", "update") and not none.accounts
     assert none.as_dict(features_public=True)["raw_data_sent"] is True
+    assert none.as_dict()["note"] == "no privacy mechanism: every message kind is sent as computed"
+    assert none.as_dict()["epsilon_covers"] == []
+    assert cov.as_dict()["note"].startswith("the budget covers every release of the epsilon_covers kinds")

@@ -587,7 +587,7 @@ def test_mf_gdp_account_names_what_it_covers_and_replace_one_doubles_the_sensiti
 
 
 # ---------------------------------------------------------------------------- from mutation testing
-def test_pairwise_table_caps_each_pattern_at_its_ldp_value_only_under_abs_sum_capped():
+def test_pairwise_table_capped_bounds_stay_below_ldp_and_raw_ones_need_not():
     g, w = florentine()
     capped = pairwise_table(w, g, 10, attackers=[0])
     raw = pairwise_table(w, g, 10, attackers=[0], bound="abs_sum")

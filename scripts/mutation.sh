@@ -162,8 +162,8 @@ for meta in Path("mutants").rglob("*.meta"):
             timeouts.append(mutant)
 # A timeout counts as a kill in mutmut, but a forked test process can also hang for reasons of its own
 # (this happened: torch deadlocks after a fork, see above). Each timed-out mutant is run again here, in
-# a fresh process with its mapped tests and a generous limit: it stays a kill only if the tests fail
-# or hang again.
+# a fresh process with its mapped tests and a limit of 5x their traced time (at least 5 min): it stays
+# a kill only if the tests fail or hang again. (A 20x limit let a genuine endless loop run 20+ min.)
 stats = json.loads(Path("mutants/mutmut-stats.json").read_text())
 rerun_file = Path("mutmut.rerun.json")      # kept, so that --report and --recheck do not wait on hangs again
 rerun = json.loads(rerun_file.read_text()) if rerun_file.exists() else {}
@@ -175,7 +175,7 @@ for mutant in timeouts:
             survivors.append((mutant, "survived"))
         continue
     tests = sorted(stats["tests_by_mangled_function_name"].get(mutant.rsplit("__mutmut_", 1)[0], []))
-    limit = max(300.0, 20 * sum(stats["duration_by_test"].get(t, 1.0) for t in tests))
+    limit = max(300.0, 5 * sum(stats["duration_by_test"].get(t, 1.0) for t in tests))
     env = {**os.environ, "MUTANT_UNDER_TEST": mutant}
     try:
         code = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],

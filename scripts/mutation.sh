@@ -12,9 +12,10 @@
 # test notices "survives". It all happens in a scratch copy (FGX_MUTATION_DIR, default
 # ${TMPDIR:-/tmp}/fgx-mutation/<package>), so mutmut's mutants/ folder never enters the repository.
 # Writes docs/mutation/<package>.md: the score and the diff of every survivor (explained in
-# docs/testing.md). On a shared machine run it through /work/bin/cpujob; MUTMUT_CHILDREN (default 1)
-# mutants run in parallel. PYTHON picks the interpreter (default: python).
+# docs/testing.md). Run one package at a time with nothing else on the cores (the report gives its
+# time); MUTMUT_CHILDREN (default 1) mutants run in parallel. PYTHON picks the interpreter (default: python).
 set -euo pipefail
+script_start=$(date +%s)
 pkg="${1:?usage: scripts/mutation.sh PACKAGE (fgx/algorithms, fgx/privacy, fgx/partition, fgx/federation/channel.py)}"
 pkg="${pkg%/}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
@@ -141,11 +142,11 @@ rerun_file.write_text(json.dumps({k: v for k, v in rerun.items() if v != "surviv
   echo "$commit $(( $(date +%s) - start ))" > mutmut.recheck
 fi
 secs=$(cat mutmut.seconds)
-"$py" - "$repo" "$pkg" "$secs" <<'EOF'
-import json, os, subprocess, sys
+"$py" - "$repo" "$pkg" "$secs" "$mode" "$script_start" <<'EOF'
+import json, os, subprocess, sys, time
 from collections import Counter
 from pathlib import Path
-repo, pkg, secs = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
+repo, pkg, secs, mode, script_start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 status = Counter()
 survivors, timeouts = [], []
 for meta in Path("mutants").rglob("*.meta"):
@@ -196,10 +197,7 @@ score = 100.0 * killed / checked if checked else float("nan")
 name = pkg.replace("/", "_").replace(".", "_")
 out = repo / "docs" / "mutation" / f"{name}.md"
 out.parent.mkdir(parents=True, exist_ok=True)
-lines = [f"# Mutation testing: `{pkg}`", "",
-         f"Written by `scripts/mutation.sh {pkg}` (mutmut, fast-suite tests mapped to each mutated function); "
-         f"{secs // 60} min on this machine, code and tests of commit {Path('mutmut.commit').read_text().strip()}. "
-         f"Survivors are explained in docs/testing.md.", ""]
+lines = []
 if Path("mutmut.recheck").exists():
     at, took = Path("mutmut.recheck").read_text().split()
     lines += [f"Survivors of that run were run again against the tests of commit {at} "
@@ -226,10 +224,21 @@ for mutant, kind in sorted(survivors):
 if timeouts:   # counted as killed (mutmut's rule), listed so that a hang that is not a kill can be spotted
     outcome = {"killed": "a test failed when run alone", "timeout": "hung again when run alone"}
     lines += ["## Timed out (counted as killed)", ""] + [f"- `{m}`: {outcome[rerun[m]]}" for m in sorted(timeouts)] + [""]
+# the whole script's time for the run (mutmut, the re-runs of timed-out mutants, this report); kept, so
+# that --recheck and --report name the run's own
+wall_file = Path("mutmut.wall")
+if mode in ("", "--sample"):
+    wall_file.write_text(str(int(time.time()) - script_start))
+wall = int(wall_file.read_text()) if wall_file.exists() else None
+whole = f" ({wall // 60} min for the whole script, re-runs of timed-out mutants and this report included)" if wall else ""
+lines = [f"# Mutation testing: `{pkg}`", "",
+         f"Written by `scripts/mutation.sh {pkg}` (mutmut, fast-suite tests mapped to each mutated function); "
+         f"{secs // 60} min on this machine{whole}, code and tests of commit {Path('mutmut.commit').read_text().strip()}. "
+         f"Survivors are explained in docs/testing.md.", ""] + lines
 out.write_text("\n".join(lines))
 record = {"package": pkg, "commit": Path("mutmut.commit").read_text().strip(),
           "recheck": Path("mutmut.recheck").read_text().split()[0] if Path("mutmut.recheck").exists() else None,
-          "minutes": secs // 60, "mutants": population, "sampled": len(sample["sample"]) if sample else None,
+          "minutes": secs // 60, "script_minutes": wall // 60 if wall else None, "mutants": population, "sampled": len(sample["sample"]) if sample else None,
           "checked": checked, "killed": killed, "survived": status["survived"], "no_tests": status["no tests"],
           "score": round(score, 1), "interval95": interval}
 out.with_suffix(".json").write_text(json.dumps(record, indent=1) + "\n")
@@ -252,12 +261,13 @@ records.sort(key=lambda r: r["package"])
 total = sum(r["mutants"] for r in records)
 overall = sum(r["score"] * r["mutants"] for r in records) / total
 rows = ["# Mutation scores", "", "Written by `scripts/mutation.sh` from the records beside this file.", "",
-        "| package | mutants | scored | score | 95% interval | commit (recheck) | minutes |", "|---|---|---|---|---|---|---|"]
+        "| package | mutants | scored | score | 95% interval | commit (recheck) | minutes: mutmut (whole script) |", "|---|---|---|---|---|---|---|"]
 for r in records:
     scored = f"sample of {r['sampled']}" if r["sampled"] else "all"
     ci = f"{r['interval95'][0]}–{r['interval95'][1]} %" if r["interval95"] else "exact"
     at = r["commit"] + (f" ({r['recheck']})" if r["recheck"] else "")
-    rows.append(f"| `{r['package']}` | {r['mutants']} | {scored} | {r['score']} % | {ci} | {at} | {r['minutes']} |")
+    took = f"{r['minutes']} ({r['script_minutes']})" if r.get("script_minutes") else f"{r['minutes']}"
+    rows.append(f"| `{r['package']}` | {r['mutants']} | {scored} | {r['score']} % | {ci} | {at} | {took} |")
 rows += ["", f"**Over the {len(records)} packages: {overall:.1f}%** of {total} mutants killed (each package weighted "
          "by its number of mutants; a sampled package counts with its estimated score).", ""]
 (out.parent / "README.md").write_text("\n".join(rows))

@@ -19,9 +19,9 @@ script_start=$(date +%s)
 pkg="${1:?usage: scripts/mutation.sh PACKAGE (fgx/algorithms, fgx/privacy, fgx/partition, fgx/federation/channel.py)}"
 pkg="${pkg%/}"
 repo="$(cd "$(dirname "$0")/.." && pwd)"
+case "$pkg" in fgx/*) ;; *) echo "mutation.sh: $pkg is not a package or module under fgx/" >&2; exit 2;; esac
 [ -e "$repo/$pkg" ] || { echo "mutation.sh: no $pkg in $repo" >&2; exit 2; }
 py="${PYTHON:-python}"
-"$py" -c "import mutmut" 2>/dev/null || { echo "mutation.sh: mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
 name="$(echo "$pkg" | tr '/.' '__')"
 work="${FGX_MUTATION_DIR:-${TMPDIR:-/tmp}/fgx-mutation/$name}"
 mode="${2:-}"
@@ -30,6 +30,9 @@ case "$mode" in ""|--report|--recheck) ;;
     [[ "$sample_size" =~ ^[1-9][0-9]*$ ]] || { echo "mutation.sh: --sample needs a positive number of mutants" >&2; exit 2; } ;;
   *) echo "mutation.sh: unknown option $mode (--report, --recheck, --sample N)" >&2; exit 2;;
 esac
+# --report needs mutmut only to show survivors' diffs (checked there)
+[ "$mode" = --report ] || "$py" -c "import mutmut" 2>/dev/null \
+  || { echo "mutation.sh: mutmut is not installed: pip install -e '.[dev]'" >&2; exit 2; }
 if [ -n "$mode" ] && [ "$mode" != --sample ]; then
   [ -d "$work/mutants" ] || { echo "mutation.sh: no earlier run in $work" >&2; exit 2; }
 else
@@ -218,6 +221,11 @@ lines += [
          f"{status['no tests']} reached by no test; {status['timeout']} of the killed timed out under mutmut and, run "
          f"again alone, failed or hung again; {len(rerun) - len(timeouts)} that timed out under mutmut passed when "
          f"run again and are counted as survivors)", ""]
+if survivors:
+    try:
+        import mutmut  # noqa: F401
+    except ImportError:
+        sys.exit("mutation.sh: mutmut is not installed (the report shows each survivor's diff with it): pip install -e '.[dev]'")
 for mutant, kind in sorted(survivors):
     diff = subprocess.run([sys.executable, "-m", "mutmut", "show", mutant], capture_output=True, text=True).stdout
     lines += [f"## {mutant} ({kind})", "", "```diff", diff.strip(), "```", ""]

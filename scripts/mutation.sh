@@ -148,6 +148,7 @@ secs=$(cat mutmut.seconds)
 "$py" - "$repo" "$pkg" "$secs" "$mode" "$script_start" <<'EOF'
 import json, os, subprocess, sys, time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 repo, pkg, secs, mode, script_start = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4], int(sys.argv[5])
 status = Counter()
@@ -166,27 +167,31 @@ for meta in Path("mutants").rglob("*.meta"):
             timeouts.append(mutant)
 # A timeout counts as a kill in mutmut, but a forked test process can also hang for reasons of its own
 # (this happened: torch deadlocks after a fork, see above). Each timed-out mutant is run again here, in
-# a fresh process with its mapped tests and a limit of 5x their traced time (at least 5 min): it stays
-# a kill only if the tests fail or hang again. (A 20x limit let a genuine endless loop run 20+ min.)
+# a fresh process with its mapped tests (MUTMUT_CHILDREN at a time) and a limit of 60 s plus 5x their
+# traced time: it stays a kill only if the tests fail or hang again. (mutmut has already waited 15x;
+# a 20x limit here let each of fgx/partition's six genuine pymetis hangs take minutes, one after another.)
 stats = json.loads(Path("mutants/mutmut-stats.json").read_text())
 rerun_file = Path("mutmut.rerun.json")      # kept, so that --report and --recheck do not wait on hangs again
 rerun = json.loads(rerun_file.read_text()) if rerun_file.exists() else {}
-for mutant in timeouts:
-    if mutant in rerun:
-        if rerun[mutant] == "survived":
-            status["timeout"] -= 1
-            status["survived"] += 1
-            survivors.append((mutant, "survived"))
-        continue
+
+
+def run_alone(mutant):
     tests = sorted(stats["tests_by_mangled_function_name"].get(mutant.rsplit("__mutmut_", 1)[0], []))
-    limit = max(300.0, 5 * sum(stats["duration_by_test"].get(t, 1.0) for t in tests))
+    # 60 s for a fresh process to import torch and collect the tests, which the traced times leave out
+    limit = 60 + 5 * sum(stats["duration_by_test"].get(t, 1.0) for t in tests)
     env = {**os.environ, "MUTANT_UNDER_TEST": mutant}
     try:
         code = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
                               cwd="mutants", env=env, capture_output=True, timeout=limit).returncode
-        rerun[mutant] = "killed" if code else "survived"
+        return "killed" if code else "survived"
     except subprocess.TimeoutExpired:
-        rerun[mutant] = "timeout"
+        return "timeout"
+
+
+todo = [m for m in timeouts if m not in rerun]
+with ThreadPoolExecutor(max(1, int(os.environ.get("MUTMUT_CHILDREN", "1")))) as pool:
+    rerun.update(zip(todo, pool.map(run_alone, todo)))
+for mutant in timeouts:
     if rerun[mutant] == "survived":
         status["timeout"] -= 1
         status["survived"] += 1

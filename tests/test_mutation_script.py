@@ -48,12 +48,12 @@ def test_refusals_name_the_problem(repo, tmp_path, args, message):
     assert not (repo / "docs").exists()
 
 
-def fake_run(work, codes, rerun, seconds=600, wall=None):
+def fake_run(work, codes, rerun, seconds=600, wall=None, tests=None):
     meta = work / "mutants" / "fgx" / "partition" / "split.py.meta"
     meta.parent.mkdir(parents=True)
     meta.write_text(json.dumps({"exit_code_by_key": codes}))
     (work / "mutants" / "mutmut-stats.json").write_text(
-        json.dumps({"tests_by_mangled_function_name": {}, "duration_by_test": {}}))
+        json.dumps({"tests_by_mangled_function_name": tests or {}, "duration_by_test": {}}))
     (work / "mutmut.seconds").write_text(str(seconds))
     (work / "mutmut.commit").write_text("abc1234")
     (work / "mutmut.rerun.json").write_text(json.dumps(rerun))
@@ -102,3 +102,20 @@ def test_report_counts_a_survivor_and_needs_mutmut_only_to_show_it(repo, tmp_pat
         assert result.returncode == 0, result.stderr
         record = json.loads((repo / "docs" / "mutation" / "fgx_partition.json").read_text())
         assert (record["killed"], record["survived"], record["score"]) == (1, 1, 50.0)
+
+
+def test_a_timed_out_mutant_is_run_again_alone_with_its_mapped_tests(repo, tmp_path):
+    work = tmp_path / "work"
+    mutant = "fgx.partition.split.x_split__mutmut_{}".format
+    # the mapped test fails only when it runs against mutant 5: a kill that the re-run must find
+    fake_run(work, {mutant(1): 1, mutant(5): 36}, {},
+             tests={"fgx.partition.split.x_split": ["tests/test_fake.py::test_mapped"]})
+    (work / "mutants" / "tests").mkdir()
+    (work / "mutants" / "tests" / "test_fake.py").write_text(
+        "import os\n\ndef test_mapped():\n"
+        f"    assert os.environ['MUTANT_UNDER_TEST'] != {mutant(5)!r}\n")
+    result = mutation_sh(repo, "fgx/partition", "--report", work=work)
+    assert result.returncode == 0, result.stderr
+    assert json.loads((work / "mutmut.rerun.json").read_text()) == {mutant(5): "killed"}
+    report = (repo / "docs" / "mutation" / "fgx_partition.md").read_text()
+    assert f"`{mutant(5)}`: a test failed when run alone" in report

@@ -96,43 +96,73 @@ def _subcommands(parser) -> list[str]:
     return list(subs[0].choices) if subs else []
 
 
-@pytest.fixture
-def quick_compose(monkeypatch):
+def install_quick_compose(set_attr=setattr):
     """Composing a config costs ~0.1 s: each distinct job is composed once, and of a long sweep only the
-    jobs that together hold every swept value (every job of every sweep is checked by `fgx run -m` itself)."""
+    jobs that together hold every swept value (every job of every sweep is checked by `fgx run -m` itself).
+    Compositions run under one Hydra initialisation, which the caller makes."""
     import functools
 
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
+    from hydra import compose
 
     import fgx.cli as cli
 
     real_jobs = cli._job_overrides
-    monkeypatch.setattr(cli, "_job_overrides", lambda overrides, multirun: covering(real_jobs(overrides, multirun)))
+    set_attr(cli, "_job_overrides", lambda overrides, multirun: covering(real_jobs(overrides, multirun)))
 
     @functools.lru_cache(maxsize=None)
     def cached(overrides: tuple, hydra: bool):
-        # one Hydra initialisation for all (fgx.cli.compose starts afresh each time: ~2x slower)
         if hydra:
             return compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
         return compose(config_name="config",
                        overrides=[o for o in overrides if not o.lstrip("+~").startswith("hydra")])
 
-    monkeypatch.setattr(cli, "compose", lambda overrides, hydra=False: cached(tuple(overrides), hydra))
+    set_attr(cli, "compose", lambda overrides, hydra=False: cached(tuple(overrides), hydra))
     # GPU examples resolve as they would on a machine with CUDA (the slow test skips them without one)
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    GlobalHydra.instance().clear()
-    with initialize_config_dir(config_dir=str(cli.conf_dir()), version_base="1.3"):
-        yield cached
-    GlobalHydra.instance().clear()
+    set_attr(torch.cuda, "is_available", lambda: True)
 
 
-def test_every_documented_command_resolves(tmp_path, quick_compose):
+def _start_resolver() -> None:
+    """A worker process of the resolve test: the quick-compose shortcuts and one Hydra initialisation,
+    kept for the worker's life."""
+    from hydra import initialize_config_dir
+
+    import fgx.cli as cli
+
+    install_quick_compose()
+    initialize_config_dir(config_dir=str(cli.conf_dir()), version_base="1.3")
+
+
+def _resolve(job: tuple[DocCommand, Path]) -> str | None:
+    cmd, tmp = job
+    return check_resolves(cmd, tmp, tmp)
+
+
+def _resolution_key(c: DocCommand) -> tuple:
+    """What a command's resolution depends on (not where it is written)."""
+    return (tuple(c.argv), tuple(sorted(c.env.items())), tuple(sorted(c.marks.items())), c.inline,
+            repr(c.output_options))
+
+
+def test_every_documented_command_resolves(tmp_path):
+    """Each distinct command once (`fgx repro --docs ...` is written in four places). Checking composes
+    ~1,500 configs (every job of ~90 tables) in pure Python, so it is spread over the cores, in fresh
+    processes (spawned: nothing of the test process's state, whose torch may hold threads)."""
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
     commands = all_commands()
     assert len(commands) > 100, "the extractor lost the docs' commands"
-    problems = [f"{c.where}: fgx {' '.join(c.argv)}\n    -> {p}" for c in commands
-                if (p := check_resolves(c, tmp_path, tmp_path)) is not None]
-    print(quick_compose.cache_info())
+    by_key: dict[tuple, list[DocCommand]] = {}
+    for c in commands:
+        by_key.setdefault(_resolution_key(c), []).append(c)
+    firsts = [same[0] for same in by_key.values()]
+    workers = min(4, os.cpu_count() or 1)
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn"),
+                             initializer=_start_resolver) as pool:
+        results = list(pool.map(_resolve, [(c, tmp_path) for c in firsts]))
+    problems = [f"{c.where}: fgx {' '.join(c.argv)}\n    -> {p}"
+                for first, p in zip(firsts, results) if p is not None
+                for c in by_key[_resolution_key(first)]]
     assert not problems, f"{len(problems)} documented command(s) do not resolve:\n" + "\n".join(problems)
 
 

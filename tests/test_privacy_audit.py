@@ -101,6 +101,28 @@ def affine_row_hits(payload: torch.Tensor, raw: torch.Tensor) -> int:
     return int(hit.sum())
 
 
+MIN_COLUMN_ROWS = 8      # a column fit over fewer aligned rows is left to the row checks
+
+
+def affine_column_hits(payload: torch.Tensor, block: torch.Tensor) -> int:
+    """How many columns of ``payload`` [r, d] equal a·block[:r, k] + b for some raw column k: rows
+    aligned with a client's raw rows as the client holds them (``block`` [m, f], r ≤ m), any scalars
+    a ≠ 0, b per column. Catches any column subset, in any order, each column scaled and shifted on its
+    own. Raw columns with fewer than 3 distinct values over those rows are left to the exact check."""
+    r = payload.shape[0]
+    if r < MIN_COLUMN_ROWS or r > block.shape[0]:
+        return 0
+    p, p_ok = _standardise(payload.T)
+    raw = block[:r].T
+    s, s_ok = _standardise(raw)
+    distinct = (raw.sort(1).values.diff(dim=1).abs() > 0).sum(1) >= 2
+    p, s = p[p_ok], s[s_ok & distinct]
+    if p.numel() == 0 or s.numel() == 0:
+        return 0
+    corr = (p @ s.T).abs()                     # |corr| of every payload column with every raw column
+    return int(((1 - corr.amax(1) ** 2) < FIT_TOL).sum())
+
+
 def affine_vector_equal(flat: torch.Tensor, y: torch.Tensor) -> bool:
     """``flat`` = a·y + b for scalars a ≠ 0, b (least squares, within FIT_TOL); y must vary."""
     if flat.numel() != y.numel() or y.numel() < 4:
@@ -128,11 +150,13 @@ def one_hot_classes(m: torch.Tensor) -> torch.Tensor | None:
 class Secrets:
     """What must never leave a client, from the global graph and the client views: raw feature and
     edge-attribute rows, labels (as vectors and as one-hot rows) and regression targets, recognised
-    up to scale and shift (a·raw + b), a contiguous column window, and transposition."""
+    up to scale and shift (a·raw + b), a contiguous column window of a row, any column subset of a
+    client's rows (in the client's row order), and transposition."""
 
     def __init__(self, data, clients, task: str, num_classes: int):
         self.float_rows: dict[int, set[bytes]] = {}
         self.raw_mats: list[torch.Tensor] = []
+        self.client_blocks: list[torch.Tensor] = []    # each client's raw rows, in the client's order
         self.label_vectors: list[torch.Tensor] = []
         self.class_sequences: list[torch.Tensor] = []
         self.num_classes = num_classes
@@ -144,6 +168,17 @@ class Secrets:
             mats.append(data.edge_attr)
         self.raw_mats = [m.detach().reshape(-1, m.shape[-1]).double() for m in mats
                          if m.numel() and m.dim() >= 2 and m.shape[-1] >= MIN_AFFINE_WIDTH]
+        for c in clients:
+            blocks = []
+            if getattr(data, "x", None) is not None and data.x.is_floating_point() and data.x.dim() == 2:
+                own = data.x[c.nodes]
+                blocks.append(own)
+                if getattr(data, "train_mask", None) is not None:
+                    blocks.append(own[data.train_mask[c.nodes]])
+            attr = getattr(data, "edge_attr", None)
+            if task == "edge" and attr is not None and attr.dim() == 2 and attr.is_floating_point():
+                blocks += [attr[c.data.global_edge_id], attr[c.data.cross_global_edge_id]]
+            self.client_blocks += [b.detach().double() for b in blocks if b.numel()]
         if task == "node" and num_classes > 0:
             mats.append(torch.nn.functional.one_hot(data.y.clamp(min=0), num_classes).float())
             for c in clients:
@@ -182,6 +217,10 @@ class Secrets:
                 hit = affine_row_hits(v, raw)
                 if hit:
                     return f"{hit} row(s) that are a·(raw feature/attribute rows) + b on a column window"
+            for block in self.client_blocks:
+                hit = affine_column_hits(v, block)
+                if hit:
+                    return f"{hit} column(s) that are a·(a raw feature/attribute column of a client's rows) + b"
             if self.num_classes > 1 and v.shape[-1] == self.num_classes:
                 k = one_hot_classes(v)
                 if k is not None and any(k.numel() == y.numel() and torch.equal(k, y.cpu())
@@ -275,6 +314,12 @@ LEAKS = {   # what a leaking algorithm sends (from its client's view), and what 
     "first_15_columns": (lambda v: v.x[:20, :15], "a·(raw feature"),
     "scaled_columns_2_to_9": (lambda v: -3.0 * v.x[:20, 2:10] + 7.0, "a·(raw feature"),
     "transposed": (lambda v: (v.x[:20] * 2.0 - 1.0).T.contiguous(), "a·(raw feature"),
+    "every_other_column": (lambda v: v.x[:20, ::2] * 0.5 + 1.0, "a raw feature/attribute column"),
+    "permuted_columns_each_scaled": (
+        lambda v: v.x[:20][:, [5, 0, 11, 3]] * torch.tensor([2.0, -1.0, 0.3, 4.0]) + torch.tensor([1.0, 0, 0, -2.0]),
+        "a raw feature/attribute column"),
+    "one_feature_of_the_train_nodes": (lambda v: v.x[v.train_mask][:, 7:8] * 1.0001 + 1e-6,
+                                       "a raw feature/attribute column"),
     "labels_one_hot_scaled": (lambda v: torch.nn.functional.one_hot(v.y, 5).float() * 3.0 + 0.5, "one-hot rows"),
     "labels_as_floats": (lambda v: v.y.float() * 1.0001 + 1e-6, "scaled/shifted copy of a client's labels"),
 }
@@ -283,7 +328,8 @@ LEAKS = {   # what a leaking algorithm sends (from its client's view), and what 
 @pytest.mark.parametrize("leak", sorted(LEAKS))
 def test_the_audit_catches_a_leaking_algorithm(audited, tiny_cfg, tmp_path, monkeypatch, leak):
     """The auditor is not vacuous: an algorithm that ships raw features or labels under an innocent
-    name is caught, also scaled and shifted, cut to a column window, transposed or one-hot encoded."""
+    name is caught, also scaled and shifted, cut to a column window or any column subset, transposed or
+    one-hot encoded."""
     from fgx.algorithms.fedavg import FedAvg
     from fgx.federation.channel import Message
 
@@ -317,3 +363,9 @@ def test_the_affine_audit_does_not_flag_a_linear_layer_of_the_features():
     assert affine_row_hits(x[:50] @ torch.randn(16, 16, generator=g), x.double()) == 0
     assert affine_row_hits(x[:50] + 0.05 * torch.randn(50, 16, generator=g), x.double()) == 0
     assert affine_row_hits(x[:50, 3:12] * 0.5 - 2, x.double()) == 50
+    own = x[:60].double()
+    assert affine_column_hits(x[:50] @ torch.randn(16, 16, generator=g), own) == 0
+    assert affine_column_hits(x[:50] + 0.05 * torch.randn(50, 16, generator=g), own) == 0
+    assert affine_column_hits(x[10:60, [1, 4, 9]] * 3 + 1, own) == 0        # other rows than the client's first
+    assert affine_column_hits(x[:50, [9, 1, 4]] * -3 + 1, own) == 3
+    assert affine_column_hits(x[:7, [9, 1, 4]], own) == 0                    # too few rows to tell

@@ -352,7 +352,10 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         rd.write_json("unlearning.json", unl)
     comm = channel.report()
     rd.write_json("comm.json", comm)
-    rd.write_json("privacy.json", {**privacy.report(), "messages": cover.as_dict(info.features_public)})
+    # an algorithm with its own local DP (FedPerGNN) accounts for it itself: privacy.json carries both
+    algo_dp = algo.privacy_report() if hasattr(algo, "privacy_report") else None
+    rd.write_json("privacy.json", {**privacy.report(), **({"algorithm_ldp": algo_dp} if algo_dp else {}),
+                                   "messages": cover.as_dict(info.features_public)})
     executor.shutdown()
 
     summary.update({
@@ -371,7 +374,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "eval_model": top.eval_model,
         "peak_rss_mb": peak_rss_mb(),
         "total_bytes": comm["total_bytes"],
-        "privacy": {**privacy.headline(), "covers": list(cover.covered)},
+        "privacy": {**privacy.headline(), "covers": list(cover.covered),
+                    **({"algorithm_ldp_epsilon": algo_dp["epsilon"]} if algo_dp else {})},
         # scalar facts only: long lists (e.g. PNA's degree histogram) stay out of the summary
         "data": {"name": info.name, "source": info.source, "task": info.task,
                  **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None},

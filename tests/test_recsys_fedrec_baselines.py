@@ -315,14 +315,53 @@ def test_fedpergnn_expansion_ldp_and_pseudo_items(run_fgx, watch):
         assert set(rep["tokens"].tolist()) <= sent_tokens
     rows = [json.loads(l)["foreign_users"] for l in (run / "fedpergnn_expansion.jsonl").read_text().splitlines()]
     assert all(n > 0 for n in rows[0])
-    # item uploads: the client's items plus pseudo items it does not hold, values clipped + noised
+    # item uploads: the client's items plus pseudo items it does not hold
     for k, p, s, d, r in sent:
         if k == "item_updates":
             held = set(algo.clients[s].inter.items_global.tolist())
             ids = p["items"].tolist()
             assert held <= set(ids) and len(set(ids) - held) == 7
-        if k == "model_update":
-            assert all((v.abs() > 0.1).any() for v in p.values())    # Laplace noise beyond the 0.1 clip
+
+
+def test_fedpergnn_ldp_noises_every_batch_gradient_at_the_authors_scale(run_fgx, watch, monkeypatch):
+    """wuch15/FedPerGNN run.py: after every batch, Laplace(LR·2·CLIP/√BATCH/EPS) on the weights of an SGD
+    step whose gradients are clipped to CLIP (clipnorm): here the clipped gradient gets Laplace(2·clip/(√B·ε))
+    before the step. Every batch of every client is a release, and privacy.json composes all of them."""
+    from fgx.algorithms import fedpergnn
+
+    calls = []
+    real = fedpergnn.BatchLDP.__call__
+
+    def spy(self, batch_len):
+        before = {n: (q.grad.clone() if q.grad is not None else torch.zeros_like(q))
+                  for n, q in self.model.named_parameters()}
+        real(self, batch_len)
+        calls.append((batch_len, before, {n: q.grad.clone() for n, q in self.model.named_parameters()}))
+    monkeypatch.setattr(fedpergnn.BatchLDP, "__call__", spy)
+    seen = watch(fedpergnn.FedPerGNN)
+    run = run_fgx(*TINY, "algorithm=fedpergnn", "algorithm.local_epochs=2", "algorithm.batch_size=64",
+                  "algorithm.neighbors=0", "algorithm.ldp_epsilon=2.0", "algorithm.clip=0.05")
+    completed(run)
+    priv = json.loads((run / "privacy.json").read_text())["algorithm_ldp"]
+    # 2 rounds x 2 epochs x ceil(pairs / 64) batches per client, each one release of sqrt(B)*eps
+    assert priv["releases_per_client"] == [2 * 2 * -(-c.inter.train.size(1) // 64) for c in seen["algo"].clients]
+    assert len(calls) == sum(priv["releases_per_client"])
+    assert priv["epsilon"] == pytest.approx(max(priv["epsilon_per_client"]))
+    assert sum(priv["epsilon_per_client"]) == pytest.approx(sum(np.sqrt(b) * 2.0 for b, *_ in calls))
+    noise_abs = []
+    for b, before, after in calls:
+        for n, g in before.items():
+            clipped = g * min(1.0, 0.05 / (float(g.norm()) + 1e-6))       # torch's clip_grad_norm_, per tensor
+            assert float(clipped.norm()) <= 0.05 + 1e-6
+            noise_abs.append(((after[n] - clipped).abs().mean() / (2 * 0.05 / (np.sqrt(b) * 2.0)), g.numel()))
+    # Laplace(scale): E|x| = scale; averaged over every coordinate of every release
+    w = np.array([n for _, n in noise_abs], dtype=float)
+    ratio = float(np.sum([float(a) * n for a, n in noise_abs]) / w.sum())
+    assert ratio == pytest.approx(1.0, rel=0.03)
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert all(r["noise_to_signal"] > 0 for r in rows)
+    s = json.loads((run / "summary.json").read_text())
+    assert s["privacy"]["algorithm_ldp_epsilon"] == pytest.approx(priv["epsilon"])
 
 
 def test_fedpergnn_without_ldp_uploads_only_the_clients_items(run_fgx, watch):

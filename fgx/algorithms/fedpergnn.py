@@ -11,11 +11,21 @@ Per round:
    client adds them as extra user nodes linked to that item (constants: no gradient flows to them).
 2. Local training: ``model=gat_ranker``'s GAT layers over the expanded graph (local users, items, foreign
    users), score = dot product of the final user and item vectors, BPR with temperature ``bpr_tau``.
-3. Privacy-preserving upload: the changes of the GAT weights and of the client's item rows are clipped
-   to [-``clip``, ``clip``] per coordinate and get Laplace noise of scale 2·clip/``ldp_epsilon`` (LDP,
-   the paper's δ and λ = 2δ/ε; ``ldp_epsilon: null`` switches noise off); ``pseudo_items`` items the client
-   does not hold are added to the upload with Gaussian fake updates of the same mean and standard
-   deviation as its real item updates, so the server cannot tell which items the client holds.
+3. Local differential privacy per batch, as the authors' code does it (run.py, const.py): every batch
+   gradient of every trained tensor (GAT weights, item rows, user rows) is clipped to L2 norm ``clip``
+   (the code's ``SGD(clipnorm=CLIP)``, per tensor) and gets Laplace noise of scale
+   2·clip/(√B·``ldp_epsilon``) per coordinate, B the batch's size, before the optimizer steps. The code
+   adds LR·2·CLIP/√BATCH_SIZE/EPS to the weights after a plain SGD step, the same noise; fgx adds it to
+   the gradient so that any optimizer is post-processing of the noisy gradients. ``ldp_epsilon: null``
+   switches clipping and noise off. The uploads (GAT and item-row changes over the round) and the user
+   rows sent in the expansion are post-processing of those noisy batch gradients; ``pseudo_items`` items
+   the client does not hold are added to the item upload with Gaussian fake updates of the same mean and
+   standard deviation as its real item updates, so the server cannot tell which items the client holds.
+   Accounting (``privacy_report``, written to privacy.json): the paper's claim is ε per release, per
+   coordinate and per *user*, the √B being B users' independent noises averaged in a batch. A fgx
+   client is one organisation that clips the batch gradient as a whole, so a release's per-coordinate
+   sensitivity is 2·clip and its ε is √B·``ldp_epsilon``; fgx composes these (pure ε-DP, basic
+   composition) over every noisy batch a client releases in the run and reports both figures.
 4. The server averages the model updates over clients and the item updates per item over the clients
    that sent that item, and sends back the global GAT weights and item rows.
 User embeddings stay with the client except through step 1 (as in the paper).
@@ -23,8 +33,8 @@ User embeddings stay with the client except through step 1 (as in the paper).
 Checked against the authors' code (wuch15/FedPerGNN: ``expansion.py``, ``run.py``, ``model.py``,
 ``const.py``): expansion through signed item ids and a third party returning neighbour user embeddings,
 sampled and zero-padded to NEIGHBOR_LEN = 100 per item; pseudo-interacted items' gradients drawn from a
-normal distribution with the real gradients' spread; Laplace noise on the uploaded weights after
-clipping (clipnorm 0.1). The code predicts ratings with a dense layer on [user, item] (MSE on ratings);
+normal distribution with the real gradients' spread; Laplace noise LR·2·CLIP/√BATCH_SIZE/EPS on all
+weights after every batch step (run.py), the gradients clipped by SGD's clipnorm = CLIP = 0.1 (model.py). The code predicts ratings with a dense layer on [user, item] (MSE on ratings);
 for top-K ranking on implicit feedback fgx scores with the dot product of the GNN outputs and trains
 with BPR (a dense layer on the concatenation adds a user term and an item term, which ranks every user's
 items identically). Its attention-based neighbour aggregation is PyG's GATConv here.
@@ -35,6 +45,7 @@ users only (a client's own co-interacting users are already its neighbours)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,9 +72,11 @@ class FedPerGNNParams:
     neighbors: int = field(default=20, metadata=spec(min=0, help="foreign users per item from the expansion "
                                                                  "(code: 100); 0 = no expansion"))
     expand_every: int = field(default=1, metadata=spec(min=1, help="rounds between graph expansions"))
-    clip: float = field(default=0.1, metadata=spec(gt=0.0, help="δ: per-coordinate clip of uploaded updates"))
+    clip: float = field(default=0.1, metadata=spec(gt=0.0, help="L2 clip of each tensor's batch gradient "
+                                                              "(code: SGD clipnorm CLIP = 0.1)"))
     ldp_epsilon: float | None = field(default=1.0, metadata=spec(
-        gt=0.0, help="LDP ε of the uploads: Laplace scale 2δ/ε (δ = clip); null: no noise (and no clipping)"))
+        gt=0.0, help="ε of the per-batch LDP: Laplace scale 2·clip/(√batch·ε) on every batch gradient "
+                     "(code: EPS = 1); null: no noise (and no clipping)"))
     pseudo_items: int = field(default=10, metadata=spec(min=0, help="pseudo-interacted items per upload"))
     top_k: int = field(default=20, metadata=spec(min=1))
 
@@ -128,24 +141,49 @@ def apply_expansion(cl: PerGNNClient, reply: dict) -> int:
     return int(reply["neighbor_embeddings"].size(0))
 
 
-def privatise(delta: torch.Tensor, p: FedPerGNNParams, rng: np.random.Generator) -> torch.Tensor:
-    """LDP of an uploaded update: clip each coordinate to [-δ, δ], add Laplace(2δ/ε) noise."""
-    if p.ldp_epsilon is None:
-        return delta
-    clipped = delta.clamp(-p.clip, p.clip)
-    return clipped + torch.from_numpy(rng.laplace(0.0, 2 * p.clip / p.ldp_epsilon, delta.shape)).to(delta.dtype)
+class BatchLDP:
+    """The authors' per-batch LDP, run between backward and the optimizer step: each tensor's gradient
+    clipped to L2 norm ``clip`` (torch's clip_grad_norm_ per tensor, Keras' clipnorm), then Laplace noise of
+    scale 2·clip/(√B·ε) on every coordinate (also on rows the batch did not touch, as the code noises
+    all weights). Counts the releases, their per-coordinate client-level ε (2·clip / scale = √B·ε), and
+    the squared norms of noise and clipped gradient (the noise-to-signal diagnostic)."""
+
+    def __init__(self, model: torch.nn.Module, p: FedPerGNNParams, rng: np.random.Generator):
+        self.model, self.p, self.rng = model, p, rng
+        self.releases, self.epsilon, self.signal_sq, self.noise_sq = 0, 0.0, 0.0, 0.0
+
+    def scale(self, batch_len: int) -> float:
+        return 2 * self.p.clip / (math.sqrt(batch_len) * self.p.ldp_epsilon)
+
+    def __call__(self, batch_len: int) -> None:
+        scale = self.scale(batch_len)
+        for prm in self.model.parameters():
+            if not prm.requires_grad:
+                continue
+            if prm.grad is None:
+                prm.grad = torch.zeros_like(prm)
+            torch.nn.utils.clip_grad_norm_([prm], self.p.clip)
+            noise = torch.from_numpy(self.rng.laplace(0.0, scale, tuple(prm.shape))).to(prm.grad.dtype)
+            self.signal_sq += float(prm.grad.pow(2).sum())
+            self.noise_sq += float(noise.pow(2).sum())
+            prm.grad.add_(noise)
+        self.releases += 1
+        self.epsilon += 2 * self.p.clip / scale
 
 
-def pergnn_train(cl: PerGNNClient, p: FedPerGNNParams, seed: int, num_items_global: int) -> float:
+def pergnn_train(cl: PerGNNClient, p: FedPerGNNParams, seed: int, num_items_global: int) -> dict:
+    """One round of local training; returns the loss and this round's LDP releases (count, composed
+    per-coordinate ε, squared norms of clipped gradients and of noise)."""
     model = cl.model
     start_gat = model.shared_state()
     start_items = model.item_emb.weight.detach().clone()
     g = torch.Generator().manual_seed(seed + cl.cid)
-    loss = bpr_epochs(model, cl.inter.train, cl.known, cl.optimizer, p.local_epochs, p.batch_size, p.num_negatives,
-                      p.l2, g, bpr_tau=p.bpr_tau)
     rng = np.random.default_rng(seed * 7 + cl.cid)
-    gat = {k: privatise(v - start_gat[k], p, rng) for k, v in model.shared_state().items()}
-    real = privatise(model.item_emb.weight.detach() - start_items, p, rng)
+    ldp = BatchLDP(model, p, rng) if p.ldp_epsilon is not None else None
+    loss = bpr_epochs(model, cl.inter.train, cl.known, cl.optimizer, p.local_epochs, p.batch_size, p.num_negatives,
+                      p.l2, g, bpr_tau=p.bpr_tau, grad_hook=ldp)
+    gat = {k: v - start_gat[k] for k, v in model.shared_state().items()}
+    real = model.item_emb.weight.detach() - start_items
     ids = cl.inter.items_global.clone()
     if p.pseudo_items:
         held = set(ids.tolist())
@@ -156,7 +194,8 @@ def pergnn_train(cl: PerGNNClient, p: FedPerGNNParams, seed: int, num_items_glob
         order = torch.from_numpy(rng.permutation(len(ids) + len(fake_ids)))
         ids, real = torch.cat([ids, fake_ids])[order], torch.cat([real, fake])[order]
     cl.update = {"model": gat, "items": ids, "delta": real}
-    return loss
+    return {"loss": loss, "releases": ldp.releases if ldp else 0, "epsilon": ldp.epsilon if ldp else 0.0,
+            "signal_sq": ldp.signal_sq if ldp else 0.0, "noise_sq": ldp.noise_sq if ldp else 0.0}
 
 
 @ALGORITHMS.register("fedpergnn", params=FedPerGNNParams, tasks=("ranking",))
@@ -166,8 +205,8 @@ class FedPerGNN(Algorithm):
             "FedPerGNN's graph expansion: to the third party, per interaction a keyed item token (key unknown to "
             "it) and a local user row, plus the users' embeddings; it learns the client's graph up to pseudonyms")),
         "expansion_reply": Message("down"),      # other clients' user embeddings per token
-        "model_update": Message("up"),           # clipped + Laplace GAT weight changes
-        "item_updates": Message("up"),           # clipped + Laplace item-row changes, pseudo items mixed in
+        "model_update": Message("up"),           # GAT weight changes: post-processing of the noisy batch gradients
+        "item_updates": Message("up"),           # item-row changes (likewise), pseudo items mixed in
         "global_model": Message("down"),
         "item_embeddings": Message("down"),
     }
@@ -191,6 +230,8 @@ class FedPerGNN(Algorithm):
         g = torch.Generator().manual_seed(int(np.random.SeedSequence([ctx.seed, 0x9E7]).generate_state(1)[0]))
         self.items = torch.randn(ctx.global_data.num_items, mp.dim, generator=g) * mp.emb_init_std
         self.gat = self.clients[0].model.shared_state()
+        self.ldp_releases = [0] * len(self.clients)       # noisy batch gradients each client released
+        self.ldp_epsilon = [0.0] * len(self.clients)      # their composed per-coordinate client-level ε
         self.send_global(0)
 
     def send_global(self, r: int) -> None:
@@ -215,8 +256,11 @@ class FedPerGNN(Algorithm):
         p, ch = self.params, self.ctx.channel
         if p.neighbors and (r - 1) % p.expand_every == 0:
             self.expand(r)
-        losses = self.ctx.executor.map(pergnn_train, self.clients, p, round_seed(self.ctx.seed, r),
-                                       self.items.size(0))
+        outs = self.ctx.executor.map(pergnn_train, self.clients, p, round_seed(self.ctx.seed, r),
+                                     self.items.size(0))
+        for cl, o in zip(self.clients, outs):
+            self.ldp_releases[cl.cid] += o["releases"]
+            self.ldp_epsilon[cl.cid] += o["epsilon"]
         gat_sum = {k: torch.zeros_like(v) for k, v in self.gat.items()}
         total, count = torch.zeros_like(self.items), torch.zeros(self.items.size(0))
         for cl in self.clients:
@@ -231,19 +275,49 @@ class FedPerGNN(Algorithm):
         held = count > 0
         self.items[held] += total[held] / count[held, None]
         self.send_global(r)
-        return {"loss": float(np.mean(losses))}
+        stats = {"loss": float(np.mean([o["loss"] for o in outs]))}
+        if p.ldp_epsilon is not None:
+            # ‖noise‖ / ‖clipped gradient‖ over all of the round's batch releases: the mechanism at work
+            stats["noise_to_signal"] = math.sqrt(sum(o["noise_sq"] for o in outs) /
+                                                 max(sum(o["signal_sq"] for o in outs), 1e-30))
+            stats["ldp_epsilon_spent"] = max(self.ldp_epsilon)
+        return stats
+
+    def privacy_report(self) -> dict:
+        """FedPerGNN's own LDP accounting (privacy.json ``algorithm_ldp``): every noisy release is a batch
+        gradient; uploads and expansion rows are post-processing of them."""
+        p = self.params
+        if p.ldp_epsilon is None:
+            return {"mechanism": "none (ldp_epsilon: null)", "epsilon": None}
+        return {
+            "mechanism": "per-batch Laplace on clipped gradients (wuch15/FedPerGNN run.py)",
+            "noise_scale": "2*clip/(sqrt(batch)*ldp_epsilon) per coordinate of every batch gradient",
+            "params": {"clip": p.clip, "ldp_epsilon": p.ldp_epsilon, "batch_size": p.batch_size},
+            "releases_per_client": list(self.ldp_releases),
+            "epsilon_per_client": list(self.ldp_epsilon),
+            "epsilon": max(self.ldp_epsilon),
+            "unit": "per coordinate, client level (a client's whole batch gradient may change: sensitivity "
+                    "2*clip per coordinate, so one release costs sqrt(batch)*ldp_epsilon), pure epsilon-DP, "
+                    "basic composition over every release of the run",
+            "paper_epsilon_per_release": p.ldp_epsilon,
+            "paper_unit": "per coordinate and release, per user, with the noise of B users averaged in a batch "
+                          "(the code's 1/sqrt(BATCH_SIZE)); not composed over releases",
+            "covers": ["model_update", "item_updates", "expansion_request.user_embeddings"],
+            "not_covered": ["expansion_request.tokens/owner: the client's interactions under item pseudonyms, "
+                            "seen by the third party (the paper's design)"]}
 
     def client_metrics(self, client) -> dict[str, dict[str, float]]:
         return graph_client_metrics(self.clients[client.cid], self.params.top_k)
 
     def state_dict(self) -> dict:
-        return {"items": self.items, "gat": self.gat,
+        return {"items": self.items, "gat": self.gat, "ldp": (self.ldp_releases, self.ldp_epsilon),
                 "models": [c.model.state_dict() for c in self.clients],
                 "graphs": [(c.model.edge_index, c.model.foreign) for c in self.clients],
                 "optimizers": [c.optimizer.state_dict() for c in self.clients]}
 
     def load_state_dict(self, state: dict) -> None:
         self.items, self.gat = state["items"], state["gat"]
+        self.ldp_releases, self.ldp_epsilon = map(list, state["ldp"])
         for c, m, (ei, fo), o in zip(self.clients, state["models"], state["graphs"], state["optimizers"]):
             c.model.load_state_dict(m)
             c.model.edge_index, c.model.foreign = ei, fo

@@ -35,10 +35,12 @@ def known_matrix(train: torch.Tensor, num_users: int, num_items: int) -> torch.T
 def bpr_epochs(model, train: torch.Tensor, known: torch.Tensor, optimizer: torch.optim.Optimizer,
                epochs: int, batch_size: int, num_negatives: int, l2: float, g: torch.Generator,
                score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = dot_score,
-               bpr_tau: float = 1.0, extra_loss: Callable | None = None) -> float:
+               bpr_tau: float = 1.0, extra_loss: Callable | None = None,
+               grad_hook: Callable[[int], None] | None = None) -> float:
     """``epochs`` passes of mini-batch BPR on scores divided by ``bpr_tau`` (1.0 = standard BPR);
     ``l2`` penalises the batch's layer-0 embeddings (LightGCN's regulariser, per triple);
-    ``extra_loss(users, uh, vh)`` adds an algorithm's term. Returns the mean batch loss."""
+    ``extra_loss(users, uh, vh)`` adds an algorithm's term; ``grad_hook(batch_len)`` runs between
+    backward and the optimizer step (FedPerGNN's per-batch clip + LDP noise). Returns the mean batch loss."""
     model.train()
     total, steps = 0.0, 0
     for _ in range(epochs):
@@ -57,6 +59,8 @@ def bpr_epochs(model, train: torch.Tensor, known: torch.Tensor, optimizer: torch
                 loss = loss + l2 * ego / (2 * len(b))
             optimizer.zero_grad()
             loss.backward()
+            if grad_hook is not None:
+                grad_hook(len(b))
             optimizer.step()
             total += float(loss.detach())
             steps += 1

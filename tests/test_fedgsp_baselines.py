@@ -232,7 +232,12 @@ def test_fediih_js_similarity_and_factor_weights():
     S = js_similarity(mean, logvar)
     assert S.shape == (1, 3, 3)
     torch.testing.assert_close(S[0].diagonal(), torch.ones(3))
-    assert float(S[0, 0, 1]) == pytest.approx(1.0) and float(S[0, 0, 2]) < 0.1
+    assert float(S[0, 0, 1]) == pytest.approx(1.0)
+    # N(0, I) vs N(5·1, I): midpoint N(2.5·1, I), KL = 2.5²/2 per dimension, summed over the 2 dimensions
+    assert float(S[0, 0, 2]) == pytest.approx(1.0 - 2 * 3.125 / math.log(2.0), rel=1e-5)
+    # one differing dimension of two: the JS is summed over dimensions, not averaged (FedGB's gaussian_js)
+    S1 = js_similarity(torch.tensor([[[0.0, 0.0]], [[1.0, 0.0]]]), torch.zeros(2, 1, 2))
+    assert float(S1[0, 0, 1]) == pytest.approx(1.0 - 0.125 / math.log(2.0), rel=1e-5)
     torch.testing.assert_close(S, S.transpose(1, 2))
     W = factor_weights(S, 10.0)
     torch.testing.assert_close(W.sum(-1), torch.ones(1, 3))
@@ -263,6 +268,11 @@ def test_fediih_run_aggregates_by_the_descriptors_it_received(recorded, run_fgx,
     W = factor_weights(S, 10.0)
     (rec,) = _jsonl(run / "fediih_weights.jsonl")
     torch.testing.assert_close(W, torch.tensor(rec["W"]))
+    # the diagnostic in metrics.jsonl: the weights' spread around uniform and their effective client count
+    row = _jsonl(run / "metrics.jsonl")[0]
+    assert row["agg_weight_min_x_uniform"] == pytest.approx(float(W.min()) * len(thetas), rel=1e-5)
+    assert row["agg_weight_max_x_uniform"] == pytest.approx(float(W.max()) * len(thetas), rel=1e-5)
+    assert row["agg_effective_clients"] == pytest.approx(float((1 / W.double().pow(2).sum(-1)).mean()), rel=1e-5)
     slices = {"project.weight": 0, "project.bias": 0, "classifier.weight": 1, "heads.weight": 0, "heads.bias": 0}
     for p, _, dst, _ in _sent(recorded, "personalised_weights"):
         want = personalised_state(dst, thetas, W, slices)

@@ -294,6 +294,17 @@ def flat_params(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def weight_spread(W: torch.Tensor) -> dict[str, float]:
+    """Diagnostic of a personalised aggregation: W [..., M, M] with rows summing to 1 over the M clients
+    it averages; the smallest and largest weight as multiples of uniform (1/M). Both near 1: FedAvg in
+    effect; and the mean effective number of clients a row averages."""
+    W = torch.as_tensor(W, dtype=torch.float64)
+    m = W.size(-1)
+    return {"agg_weight_min_x_uniform": float(W.min()) * m, "agg_weight_max_x_uniform": float(W.max()) * m,
+            # 1 / Σ_j W_ij², averaged over rows: M for a uniform average, 1 when each keeps its own
+            "agg_effective_clients": float((1.0 / W.pow(2).sum(-1)).mean())}
+
+
 def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
     total = float(sum(weights))
     out = {}

@@ -1,6 +1,6 @@
 """FedIIH (Yu et al., AAAI 2025, "Modeling Inter-Intra Heterogeneity for Graph Federated Learning"),
 **fgx's reconstruction from the paper** — the authors published no code; FedGB (SuperYeYu/FedGB,
-``fediih/``) has a port, which was read, and this is not it either. What the paper states and fgx
+``fediih/``) has a port, which was read; fgx follows it for the similarity and its normalisation only. What the paper states and fgx
 follows: clients run DisenGCN (``model=disengcn``), whose parameters split into one part per latent
 factor (intra-subgraph heterogeneity); a hierarchical variational graph model infers each subgraph's
 latent distribution; the server measures inter-subgraph similarity per factor by the Jensen–Shannon
@@ -17,9 +17,11 @@ The choices below are fgx's (name them when citing results: "FedIIH (fgx reconst
 - **Descriptor.** Per factor, the Gaussian matching the first two moments of the client's node
   posteriors (their mixture): mean_v μ and mean_v (σ² + μ²) - mean², per dimension ([K, d] means and
   log-variances: node averages, no node's row).
-- **Similarity.** S^k_ij = 1 - mean over dimensions of JS(N_i^k, N_j^k) / ln 2, JS of two 1-D Gaussians
-  through the moment-matched midpoint Gaussian, clipped to [0, ln 2]; W^k_ij = softmax_j(``norm_scale`` · S^k_ij)
-  (FedGB and FED-PUB use the same exp-normalisation, scale 10 as FedGB).
+- **Similarity.** S^k_ij = 1 - JS(N_i^k, N_j^k) / ln 2, the JS of the two diagonal Gaussians through the
+  midpoint Gaussian (mean and variance averaged), summed over dimensions; W^k_ij = softmax_j(``norm_scale`` ·
+  S^k_ij) — both as FedGB's port (``fediih/utils.py``: ``gaussian_js``, ``js_similarity_matrix`` with
+  ``similarity_norm: exp``, ``norm_scale: 10`` in ``fediih_config.py``). An earlier fgx version averaged
+  the JS over dimensions: S ∈ [0.98, 1] on Cora and weights within ±7 % of uniform (FedAvg in effect).
 - **Aggregation.** Client i gets θ_i^k = Σ_j W^k_ij θ_j^k for the factor-k block of every parameter that
   splits by factor (projection rows, classifier columns, the factor's variance head) and the mean over
   k of W^k for the rest (classifier bias). The server's global prior is α_k = Σ_j mean_j^k / (M + 1)
@@ -35,7 +37,7 @@ import torch
 from torch import nn
 
 from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
-                                 round_seed, steps_per_round)
+                                 round_seed, steps_per_round, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -92,19 +94,21 @@ def latent_descriptor(mu: torch.Tensor, logvar: torch.Tensor) -> tuple[torch.Ten
 
 
 def js_similarity(mean: torch.Tensor, logvar: torch.Tensor) -> torch.Tensor:
-    """[M, K, d] descriptors -> [K, M, M]: 1 - mean over dimensions of JS / ln 2 (midpoint Gaussian
-    moment-matched to the two-component mixture; each JS clipped to [0, ln 2])."""
+    """[M, K, d] descriptors -> [K, M, M]: 1 - JS / ln 2, the JS divergence of the two diagonal Gaussians
+    through the midpoint Gaussian N((μ_i+μ_j)/2, (σ²_i+σ²_j)/2), summed over the d dimensions (the KL of
+    diagonal Gaussians is a sum over dimensions), as FedGB's port has it (``fediih/utils.py``
+    ``gaussian_js`` / ``js_similarity_matrix``). A mean over dimensions instead makes S ≈ 1 for every pair
+    and the weights uniform."""
     m = mean.double().permute(1, 0, 2)              # [K, M, d]
     v = logvar.double().exp().permute(1, 0, 2)
     mi, mj, vi, vj = m[:, :, None], m[:, None], v[:, :, None], v[:, None]
-    mm = (mi + mj) / 2
-    vm = (vi + vj) / 2 + ((mi - mj) / 2) ** 2
+    mm, vm = (mi + mj) / 2, (vi + vj) / 2
 
     def kl(mu_a, var_a):
         return 0.5 * (torch.log(vm / var_a) + (var_a + (mu_a - mm) ** 2) / vm - 1.0)
 
-    js = (0.5 * (kl(mi, vi) + kl(mj, vj))).clamp(0.0, math.log(2.0))
-    return (1.0 - js.mean(-1) / math.log(2.0)).float()
+    js = 0.5 * (kl(mi, vi) + kl(mj, vj))
+    return (1.0 - js.sum(-1) / math.log(2.0)).float()
 
 
 def factor_weights(similarity: torch.Tensor, scale: float) -> torch.Tensor:
@@ -205,7 +209,7 @@ class FedIIH(Algorithm):
             s.extra["prior"] = prior.to(self.ctx.device)
         self.ctx.record("fediih_weights", {"W": W.tolist(), "similarity": S.tolist()})
         losses = [l for *_, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(W)}
 
     def model_for(self, client):
         return self.states[client.cid].model

@@ -282,6 +282,9 @@ def validate(cfg: DictConfig) -> Validated:
     from fgx.privacy.base import check_coverage
     check_coverage(Validated(top, params, names, entries))   # no privacy budget that misses a message kind
     _check_tasks(names, entries)
+    if entries["dataset"].meta.get("task") == "graph" and getattr(params["algorithm"], "fanouts", None):
+        raise ConfigError("algorithm.fanouts", params["algorithm"].fanouts, "null for the graph task (each step runs "
+                          "on the client's whole graphs; the sampler draws node neighbourhoods)")
     if top.eval_model == "local" and not getattr(entries["algorithm"].obj, "has_local_models", False):
         raise ConfigError("eval_model", "local", f"'global' (algorithm '{names['algorithm']}' keeps no per-client "
                                                  f"model after a local step to score)")

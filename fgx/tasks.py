@@ -1,12 +1,14 @@
 """How a client's local graph is seen by a model, and which items carry labels, per task.
 
 Node tasks: items are owned nodes. Edge tasks: items are the edges a client holds (internal and
-cross-client; cross-client edges are held by both incident clients)."""
+cross-client; cross-client edges are held by both incident clients). Graph tasks: items are the
+client's graphs (fgx/data/graphs.py); the model outputs one row per graph."""
 from __future__ import annotations
 
 import torch
 
 SPLITS = ("train", "val", "test")
+ITEM_PREFIX = {"edge": "edge_", "graph": "graph_"}     # attribute prefix of a task's items (node: none)
 
 
 def local_view(client, task: str, include_cross: bool):
@@ -15,6 +17,12 @@ def local_view(client, task: str, include_cross: bool):
     from torch_geometric.data import Data
 
     d = client.data
+    if task == "graph":    # whole graphs: no cross-client edges exist
+        view = Data(x=d.x, edge_index=d.edge_index, num_nodes=d.num_nodes)
+        for k in ("graph", "graph_y", "graph_train_mask", "graph_val_mask", "graph_test_mask"):
+            setattr(view, k, getattr(d, k))
+        view.num_owned = client.num_owned
+        return view
     if task == "edge":
         # cross-client edges are items of the edge task: always kept
         view = Data(x=d.x, num_nodes=d.num_nodes)
@@ -44,13 +52,13 @@ def local_view(client, task: str, include_cross: bool):
 
 def split_mask(view, task: str, split: str) -> torch.Tensor:
     """The mask of ``split``'s items over the model's outputs (edges or nodes)."""
-    return getattr(view, f"edge_{split}_mask" if task == "edge" else f"{split}_mask")
+    return getattr(view, f"{ITEM_PREFIX.get(task, '')}{split}_mask")
 
 
 def targets(view, task: str, split: str) -> tuple[torch.Tensor, torch.Tensor]:
     """(mask over the model's outputs, labels of the masked items)."""
     mask = split_mask(view, task, split)
-    return mask, (view.edge_y if task == "edge" else view.y)[mask]
+    return mask, getattr(view, f"{ITEM_PREFIX.get(task, '')}y")[mask]
 
 
 def class_weights(labels: torch.Tensor, num_classes: int) -> torch.Tensor:

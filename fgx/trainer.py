@@ -107,6 +107,8 @@ class Evaluator:
             self.minority = minority_class(data.y[data.train_mask], info.num_classes)
         elif info.task == "edge":
             self.minority = minority_class(data.edge_y[data.edge_train_mask], info.num_classes)
+        elif info.task == "graph":
+            self.minority = minority_class(data.graph_y[data.graph_train_mask], info.num_classes)
         else:
             self.minority = None
 
@@ -397,8 +399,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
 def test_majority(data, task: str) -> dict:
     """The share of the test split's most common class (what predicting one class scores): the floor a
     classifier's test accuracy must clear (`fgx repro` checks baselines against it)."""
-    y, mask = (data.y, getattr(data, "test_mask", None)) if task == "node" else \
-        (getattr(data, "edge_y", None), getattr(data, "edge_test_mask", None))
+    prefix = {"node": "", "graph": "graph_"}.get(task, "edge_")
+    y, mask = getattr(data, prefix + "y", None), getattr(data, prefix + "test_mask", None)
     if y is None or mask is None or y.dim() != 1 or y.dtype.is_floating_point:
         return {}
     yy = y[mask]

@@ -23,6 +23,8 @@ TASK_CFG = {
              "model=gine"],
     "ranking": ["dataset=synthetic_bipartite", "dataset.num_users=90", "dataset.num_items=120",
                 "dataset.mean_degree=12", "partitioner=random_users", "partitioner.num_clients=3", "model=lgcn"],
+    "graph": ["dataset=graph_synth", "dataset.num_graphs=60", "dataset.num_features=8", "partitioner=random",
+              "partitioner.num_clients=3", "model=gin_graph", "model.hidden=8", "model.layers=2"],
     "regression": ["dataset=diabetes", "partitioner=topology", "partitioner.graph=karate", "model=mlp_tabular",
                    "algorithm.k=1", "algorithm.b=1"],   # gossip runs have rounds = k * b
 }
@@ -185,6 +187,12 @@ class Secrets:
                 y = data.y[c.nodes]
                 self.label_vectors += [y, y[data.train_mask[c.nodes]]]
                 self.class_sequences += [y, y[data.train_mask[c.nodes]]]
+        if task == "graph" and num_classes > 0:      # one label per graph
+            mats.append(torch.nn.functional.one_hot(data.graph_y, num_classes).float())
+            for c in clients:
+                y = c.data.graph_y
+                self.label_vectors += [y, y[c.data.graph_train_mask]]
+                self.class_sequences += [y, y[c.data.graph_train_mask]]
         if task == "edge" and getattr(data, "edge_y", None) is not None:
             self.label_vectors.append(data.edge_y)
         if task == "regression":
@@ -295,7 +303,9 @@ def test_no_payload_carries_raw_data(preset, name, task, audited, run_fgx):
     if task not in TASK_CFG:
         pytest.fail(f"algorithm '{name}' supports task {task!r}: add a tiny {task} config to TASK_CFG "
                     f"in tests/test_privacy_audit.py so that it is audited")
-    run = run_fgx(*TASK_CFG[task], f"algorithm={preset}", *[o for o in ALGO_CFG.get(name, []) if task != "edge" or not o.startswith("dataset.")], "rounds=1", "eval_every=1",
+    graph = ["algorithm.fanouts=null"] if task == "graph" and "fanouts" in (REPO / "conf" / "algorithm" /
+                                                                        f"{preset}.yaml").read_text() else []
+    run = run_fgx(*TASK_CFG[task], f"algorithm={preset}", *[o for o in ALGO_CFG.get(name, []) if task != "edge" or not o.startswith("dataset.")], *graph, "rounds=1", "eval_every=1",
                   "output.checkpoint=false")
     assert (run / "summary.json").exists()
     problems = audit(audited)

@@ -34,7 +34,7 @@ def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: 
     return delta, loss
 
 
-@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge"))
+@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph"))
 class FedAvg(Algorithm):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
     has_local_models = True

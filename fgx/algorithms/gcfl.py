@@ -43,7 +43,7 @@ def min_cut_bipartition(similarity: torch.Tensor) -> tuple[list[int], list[int]]
     return sorted(a), sorted(b)
 
 
-@ALGORITHMS.register("gcfl", params=GCFLParams, tasks=("node", "edge"))
+@ALGORITHMS.register("gcfl", params=GCFLParams, tasks=("node", "edge", "graph"))
 class GCFL(FedAvg):
     messages = {"cluster_weights": Message("down"), "update": Message("up", release=True)}
 

@@ -48,8 +48,10 @@ def check_clients(clients, info, partitioner: str) -> None:
             total = int(d.edge_train_mask.sum()) + (int(cross.sum()) if cross is not None else 0)
             if total == 0:
                 empty.append(c.cid)
+        elif info.task == "graph" and int(d.graph_train_mask.sum()) == 0:
+            empty.append(c.cid)
     if empty:
-        items = "nodes" if info.task == "node" else "edges"
+        items = {"node": "nodes", "graph": "graphs"}.get(info.task, "edges")
         shown = ", ".join(map(str, empty[:10])) + (" ..." if len(empty) > 10 else "")
         raise DataError(f"partitioner '{partitioner}': client(s) {shown} of {len(clients)} hold no training {items}; "
                         f"use fewer clients (partitioner.num_clients), another partitioner, or a larger train split")

@@ -85,6 +85,9 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
                 setattr(cd, k, v[int_ids])
                 setattr(cd, "cross_" + k, v[cross_ids])
         cd.num_owned = n_own
+        if info.task == "graph":     # whole graphs per client, renumbered locally (fgx/data/graphs.py)
+            from fgx.data.graphs import attach_graphs
+            attach_graphs(cd, data, nodes)
         c = ClientData(cid=cid, nodes=nodes, halo=halo, data=cd, num_owned=n_own)
         c.stats = client_stats(c, info, undirected)
         clients.append(c)
@@ -112,6 +115,9 @@ def client_stats(c: ClientData, info: DatasetInfo, undirected: bool) -> dict:
         for m in NODE_MASKS:
             if getattr(d, m, None) is not None:
                 s[m.replace("_mask", "")] = int(getattr(d, m).sum())
+    if info.task == "graph":
+        from fgx.data.graphs import client_graph_stats
+        s.update(client_graph_stats(d, info.num_classes))
     if info.task == "edge" and getattr(d, "edge_y", None) is not None:
         ys = torch.cat([d.edge_y, d.cross_edge_y])
         s["positive_edges"] = int((ys == 1).sum())

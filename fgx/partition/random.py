@@ -1,4 +1,5 @@
-"""Uniformly random node assignment (the papers' i.i.d. baseline partition)."""
+"""Uniformly random node assignment (the papers' i.i.d. baseline partition); for the graph task, of
+whole graphs (GCFL's single-dataset split)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,11 +16,17 @@ class RandomParams:
     num_clients: int = field(default=4, metadata=spec(min=1))
 
 
-@PARTITIONERS.register("random", params=RandomParams, tasks=("node", "edge"))
+@PARTITIONERS.register("random", params=RandomParams, tasks=("node", "edge", "graph"))
 def random_partition(p: RandomParams, data, info, seed: int) -> list[torch.Tensor]:
-    check_num_clients(p.num_clients, data.num_nodes)
     # salted: the dataset's split permutes with the bare seed, and reusing that stream would
     # hand one client all the training nodes
     g = torch.Generator().manual_seed(seed * 7919 + 104729)
+    if info.task == "graph":
+        from fgx.data.graphs import check_num_clients as check_graphs, nodes_of_graphs
+
+        check_graphs(p.num_clients, data)
+        perm = torch.randperm(int(data.graph_y.numel()), generator=g)
+        return nodes_of_graphs(data, list(torch.tensor_split(perm, p.num_clients)))
+    check_num_clients(p.num_clients, data.num_nodes)
     perm = torch.randperm(data.num_nodes, generator=g)
     return list(torch.tensor_split(perm, p.num_clients))

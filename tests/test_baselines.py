@@ -107,6 +107,33 @@ def test_gcfl_clusters_partition_the_clients(run_fgx, tiny_cfg):
     assert len(rows[-1]["clusters"]) > 1           # the forced split conditions did split
 
 
+def test_gcfl_averages_updates_inside_each_cluster_only(recorded, run_fgx, tiny_cfg):
+    """After a split, a cluster's next model is its model plus the train-weighted mean of its own
+    members' updates (not of every client's)."""
+    from fgx.algorithms.base import weighted_average
+
+    n = 5
+    run = run_fgx(*tiny_cfg, "algorithm=gcfl", f"partitioner.num_clients={n}", "rounds=3", "algorithm.eps1=100",
+                  "algorithm.eps2=0", "algorithm.warmup_rounds=1")
+    rows = [json.loads(l)["clusters"] for l in (run / "gcfl_clusters.jsonl").read_text().splitlines()]
+    sizes = {c.cid: int(c.data.train_mask[: c.num_owned].sum()) for c in recorded["clients"]}
+    sent = {(k, src, dst, r): p for k, p, src, dst, r in recorded["sent"]}
+    checked = 0
+    for r in (1, 2):
+        for cluster in rows[r - 1]:
+            if len(cluster) == n:
+                continue                                   # the unsplit cluster: FedAvg of everyone
+            start = sent[("cluster_weights", "server", cluster[0], r)]
+            nxt = sent[("cluster_weights", "server", cluster[0], r + 1)]
+            upd = weighted_average([sent[("update", c, "server", r)] for c in cluster],
+                                   [max(sizes[c], 1) for c in cluster])
+            for k, v in start.items():
+                if v.is_floating_point():
+                    torch.testing.assert_close(nxt[k], v + upd[k])
+            checked += 1
+    assert checked >= 2                                    # both halves of a split were checked
+
+
 def test_gcfl_min_cut_separates_opposite_updates():
     from fgx.algorithms.gcfl import min_cut_bipartition
 

@@ -22,6 +22,17 @@ def _sent(recorded, kind):
     return [(p, src, dst, r) for k, p, src, dst, r in recorded["sent"] if k == kind]
 
 
+def _capture(monkeypatch, cls) -> dict:
+    """The run's algorithm object, in ``["algo"]`` once the run has set it up."""
+    seen, real = {}, cls.setup
+
+    def setup(self):
+        seen["algo"] = self
+        real(self)
+    monkeypatch.setattr(cls, "setup", setup)
+    return seen
+
+
 # ---- the model each method needs is picked by its preset ------------------------------------------
 
 @pytest.mark.parametrize("algo,model", [("fedgta", "gamlp"), ("fediih", "disengcn"), ("fedgnn", "gcn"),
@@ -89,6 +100,40 @@ def test_fedgta_descriptor_is_topology_aware():
     assert not torch.allclose(out[0][0], out[1][0]) and float(out[0][1]) != float(out[1][1])
 
 
+def test_fedgta_descriptor_reads_the_topology_through_label_propagation():
+    """With a model that ignores the edges, only label propagation can carry the topology into the
+    moments: another graph gives other moments, equal to those of the propagated labels."""
+    from torch_geometric.data import Data
+
+    from fgx.algorithms.base import ClientState
+    from fgx.algorithms.fedgta import FedGTAParams, label_propagation, moments, topology_descriptor
+    from fgx.models.gamlp import normalized_adjacency
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(40, 3, generator=g)
+
+    class Fixed(torch.nn.Module):                     # the same soft labels whatever the graph
+        def forward(self, view):
+            return logits
+
+    y, train = torch.randint(0, 3, (40,), generator=g), torch.zeros(40, dtype=torch.bool)
+    train[:10] = True
+    ring = torch.stack([torch.arange(40), (torch.arange(40) + 1) % 40])
+    rand = torch.randint(0, 40, (2, 60), generator=g)
+    out, p = [], FedGTAParams()
+    for ei in (ring, rand):
+        ei = torch.cat([ei, ei.flip(0)], 1)
+        view = Data(x=torch.zeros(40, 1), y=y, edge_index=ei, train_mask=train, num_nodes=40)
+        m, _ = topology_descriptor(ClientState(0, view, Fixed(), None, "node"), p)
+        onehot = torch.nn.functional.one_hot(y, 3).float()
+        y0 = torch.where(train[:, None], onehot, torch.softmax(logits, 1))
+        lp = label_propagation(normalized_adjacency(ei, 40, 0.5), y0, train, p.lp_steps, p.lp_alpha)
+        want = moments(torch.where(train[:, None], onehot, torch.softmax(lp, 1)), p.num_moments, p.moment_type)
+        torch.testing.assert_close(m, want.flatten())
+        out.append(m)
+    assert not torch.allclose(out[0], out[1])
+
+
 def test_fedgta_personalised_models_are_the_weighted_averages_in_a_run(recorded, run_fgx, tiny_cfg):
     from fgx.algorithms.fedgta import aggregation_weights
 
@@ -143,6 +188,41 @@ def test_fedtad_class_reliability_counts_training_nodes_by_neighbourhood_agreeme
     torch.testing.assert_close(ckr, torch.tensor([1.0, 1.0]))
 
 
+def test_fedtad_reliability_counts_the_topology_score():
+    """Neighbours with equal features but different random-walk landing probabilities agree less than
+    1: the CKR embeds [features | topology], not the features alone."""
+    from torch_geometric.data import Data
+    from torch_geometric.transforms import AddRandomWalkPE
+
+    from fgx.algorithms.fedtad import class_reliability
+
+    ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])     # a path 0 - 1 - 2, identical features
+    view = Data(x=torch.ones(3, 2), y=torch.tensor([0, 1, 1]), edge_index=ei,
+                train_mask=torch.tensor([True, False, False]), num_nodes=3)
+    rw = AddRandomWalkPE(3, attr_name="rw")(Data(edge_index=ei, num_nodes=3)).rw
+    h = torch.cat([view.x, rw], 1)
+    want = (1 + torch.nn.functional.cosine_similarity(h[0], h[1], dim=0)) / 2
+    ckr = class_reliability(view, 2, walk_length=3)
+    assert float(ckr[0]) == pytest.approx(float(want)) and float(ckr[0]) < 0.999
+
+
+def test_fedtad_distillation_weights_by_the_received_reliability(recorded, run_fgx, tiny_cfg, monkeypatch):
+    """Every class-wise KD / semantic loss of the server uses the CKR the clients sent, normalised per
+    class over the clients, not a uniform one."""
+    from fgx.algorithms import fedtad
+
+    used = []
+    for name in ("class_kd_loss", "class_semantic_loss"):
+        real = getattr(fedtad, name)
+        monkeypatch.setattr(fedtad, name, lambda *a, _real=real: used.append(a[-2].clone()) or _real(*a))
+    run_fgx(*tiny_cfg, "algorithm=fedtad", "algorithm.glb_epochs=1", "algorithm.num_gen=30", "rounds=1")
+    sent = torch.stack([p for p, *_ in sorted(_sent(recorded, "class_reliability"), key=lambda t: t[1])])
+    want = fedtad.normalise_over_clients(sent)
+    assert used and not torch.allclose(want, want.mean(0, keepdim=True))      # the clients differ
+    for ckr in used:
+        torch.testing.assert_close(ckr, want)
+
+
 def test_fedtad_distillation_moves_the_global_model(recorded, run_fgx, tiny_cfg):
     plain = run_fgx(*tiny_cfg, "algorithm=fedtad", "algorithm.glb_epochs=0", "rounds=2")
     avg = run_fgx(*tiny_cfg, "algorithm=fedavg", "algorithm.local_steps=3", "rounds=2")
@@ -170,6 +250,36 @@ def test_adafgl_two_steps_in_a_run(run_fgx, tiny_cfg):
     # the personalised step changes the predictions after the switch
     val = [m["accuracy"] for r, split, m in _metrics(run) if split == "val"]
     assert len(val) == 3 and val[2] != val[0]
+
+
+def test_adafgl_step_two_uses_the_extractors_soft_labels_and_the_knowledge_graph(recorded, run_fgx, tiny_cfg,
+                                                                                   monkeypatch):
+    """Step 2's soft labels P are the received extractor's softmax on the client's graph, and the
+    features are smoothed over α·A + (1-α)·A_knowledge, the knowledge edges linking nodes whose P rows
+    have cosine > 0.999."""
+    from fgx.algorithms.adafgl import AdaFGL, similarity_matrix
+    from fgx.algorithms.base import copy_model
+    from fgx.models.gamlp import normalized_adjacency, propagate
+
+    seen = _capture(monkeypatch, AdaFGL)
+    run_fgx(*tiny_cfg, "algorithm=adafgl", "algorithm.extractor_rounds=1", "rounds=2")
+    algo, p = seen["algo"], seen["algo"].params
+    extractor = {dst: q for q, _, dst, _ in _sent(recorded, "knowledge_extractor")}
+    edges = 0
+    for s in algo.states:
+        a, view = s.extra["adafgl"], s.view
+        m = copy_model(s.model)
+        m.load_state_dict(extractor[s.cid], strict=False)
+        m.eval()
+        with torch.no_grad():
+            torch.testing.assert_close(a["soft"], torch.softmax(m(view), 1))
+        kn = (similarity_matrix(a["soft"], probs=True) > p.knowledge_threshold).nonzero().t()
+        own = view.edge_index
+        mixed = normalized_adjacency(torch.cat([own, kn], 1), view.num_nodes, 0.5, weight=torch.cat(
+            [torch.full((own.size(1),), p.alpha), torch.full((kn.size(1),), 1.0 - p.alpha)]))
+        torch.testing.assert_close(a["smoothed"], torch.cat(propagate(mixed, view.x.float(), p.prop_steps), 1))
+        edges += kn.size(1)
+    assert edges > 0                                   # the knowledge graph is not empty in this run
 
 
 def test_adafgl_step_two_learns_from_the_extractor(run_fgx, tiny_cfg):
@@ -280,6 +390,18 @@ def test_fediih_run_aggregates_by_the_descriptors_it_received(recorded, run_fgx,
             torch.testing.assert_close(p[k], want[k])
     (prior, *_), = _sent(recorded, "global_prior")[:1]
     torch.testing.assert_close(prior, torch.stack([d["mean"] for d, *_ in desc]).sum(0) / (len(desc) + 1))
+
+
+def test_fediih_variance_heads_learn_only_through_the_vgae_term(recorded, run_fgx, tiny_cfg):
+    """log σ² comes from the variance heads, which only the negative ELBO trains: with the VGAE term
+    they move from their initial zeros in the first round, with vgae_weight=0 they stay there."""
+    def heads_after_round_1(*extra):
+        recorded["sent"].clear()
+        run_fgx(*tiny_cfg, "algorithm=fediih", "rounds=1", *extra)
+        return [q["heads.weight"] for q, *_ in _sent(recorded, "weights")]
+
+    assert all(float(w.abs().max()) > 1e-4 for w in heads_after_round_1())
+    assert all(float(w.abs().max()) == 0.0 for w in heads_after_round_1("algorithm.vgae_weight=0"))
 
 
 def test_fediih_refuses_other_models(run_fgx, tiny_cfg):

@@ -58,3 +58,14 @@ def test_label_dirichlet_skews_labels_as_alpha_says(graph):
                     for s in range(3)])
     assert skewed > 0.65, skewed                      # α = 0.1: a client sees mostly one class
     assert even < overall + 0.1, (even, overall)      # α = 100: each client mirrors the global mix
+
+
+@pytest.mark.parametrize("name", ["louvain", "random", "label_dirichlet", "metis_overlapping"])
+def test_seeded_partitioners_depend_on_their_seed(name):
+    """The run's seed reaches the partitioner: one seed gives one partition, two seeds give two (on a
+    graph with weak communities, where Louvain's node order matters)."""
+    noisy = load_csbm(CsbmParams(num_nodes=600, num_features=4, avg_degree=8, homophily=0.5),
+                      DataEnv(None, 0, logging.getLogger()))
+    a, again, b = (_partition(noisy, name, seed=s, num_clients=5) for s in (3, 3, 4))
+    assert all(torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(a, again))
+    assert len(a) != len(b) or any(not torch.equal(torch.as_tensor(x), torch.as_tensor(y)) for x, y in zip(a, b))

@@ -99,6 +99,9 @@ def test_fedrap_shares_commonality_keeps_personality(run_fgx, watch):
             assert torch.allclose(s, m.user_emb.weight @ (m.item_personal.weight + m.item_emb.weight).T
                                   + m.user_bias[:, None])
             assert not torch.allclose(s, m.user_emb.weight @ m.item_emb.weight.T + m.user_bias[:, None])
+            # training scores with D + C too: the loss's logits are the ranking scores of the same pairs
+            u, i = cl.inter.train
+            torch.testing.assert_close(m.logits(u, i), s[u, i])
     # D is trained on each client: the clients' personality rows of a shared item differ
     shared = set(algo.clients[0].inter.items_global.tolist()) & set(algo.clients[1].inter.items_global.tolist())
     it = next(iter(shared))

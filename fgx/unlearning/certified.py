@@ -129,6 +129,14 @@ class PartyState:
         for k in ("_local", "_ids", "_gram"):
             self.__dict__.pop(k, None)
 
+    def current_features(self) -> np.ndarray:
+        """The preprocessed features with the rows of removed nodes (feature and node requests) zeroed."""
+        if self.removed_train is None or not self.removed_train.any():
+            return self.x
+        x = self.x.copy()
+        x[self.removed_train] = 0
+        return x
+
     def build_propagation(self, weights, r_max: float, exact: bool, dtype="float32") -> float:
         t0 = time.perf_counter()
         self.prop = None            # free the previous state before building the next
@@ -222,11 +230,45 @@ class CertifiedServer:
         self.train_residual = None
         self.gram = None            # aggregated Z_train^T Z_train (spectral_norm=gram)
         self.spectral_vector = None  # warm start of the power iteration (spectral_norm=power)
-        self.residue_sums: dict[int, np.ndarray] = {}
+        self.residue_sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # cid -> (1^T R, rounding bound)
 
     def reset_state_caches(self) -> None:
         """After the clients rebuilt their propagation state: forget what was aggregated from it."""
         self.gram, self.spectral_vector, self.residue_sums = None, None, {}
+
+    def repropagate(self) -> float:
+        """Exact re-propagation at every client on its current graph and features: the residues are
+        reset to zero (only the state's rounding is left), so the approximation term restarts near zero.
+        What a certified retraining needs before it trains. Returns seconds."""
+        t0 = time.perf_counter()
+        for p in self.parties:
+            p.prop.repropagate(p.current_features(), threshold=0.0)
+            p.invalidate()
+        self.reset_state_caches()
+        return time.perf_counter() - t0
+
+    def retrain_exact(self) -> dict:
+        """The certified retraining: exact re-propagation, then training from scratch (W = 0) with a
+        fresh draw of b, as a model trained on D' would have."""
+        prop_s = self.repropagate()
+        t0 = time.perf_counter()
+        self.train(fresh_noise=True, warm_start=False)
+        return {"repropagation_s": prop_s, "train_s": time.perf_counter() - t0}
+
+    def approximation_state(self, absolute: bool = False, parties=None) -> dict:
+        """||1^T R|| over all clients' residues and the norm of the summed rounding bounds of their
+        states (|1^T R*| <= |1^T R| + rounding per column). ``parties``: the clients whose sums may have
+        changed (the server keeps the others' last sums; all of them the first time)."""
+        parties = self.parties if parties is None else parties
+        ids = {p.cid for p in parties}
+        fresh = [p for p in self.parties if p.cid not in self.residue_sums or p.cid in ids]
+        for p in fresh:
+            got = self.gather("residue_sums", lambda q: {"sum": q.prop.residue_colsum(absolute),
+                                                         "rounding": q.prop.rounding_bound()}, [p])
+            self.residue_sums[p.cid] = (got["sum"], got["rounding"])
+        residue = np.sum([self.residue_sums[p.cid][0] for p in self.parties], axis=0)
+        rounding = np.sum([self.residue_sums[p.cid][1] for p in self.parties], axis=0)
+        return {"residue_norm": float(np.linalg.norm(residue)), "rounding_norm": float(np.linalg.norm(rounding))}
 
     # -- the channel -------------------------------------------------------------------------------
     def broadcast(self, kind: str, payload: np.ndarray, parties=None) -> None:
@@ -419,19 +461,10 @@ class CertifiedServer:
         z_norm, spectral_info = self.spectral_norm(spectral, touched)
         self.broadcast("newton_direction", v)
         pc = self.gather("prediction_change", lambda p: {"sq": p.local_data(self.C).prediction_change_sq(v)})
-        absolute = residue_norm == "abs"
-        # residue column sums are maintained by the clients' states (O(F) to read); only the clients a
-        # request touched can have new ones, the others' last sums are kept by the server
-        touched_ids = {p.cid for p in touched}
-        fresh = [p for p in self.parties if p.cid not in self.residue_sums or p.cid in touched_ids]
-        if fresh:
-            sums = {}
-            for p in fresh:
-                sums[p.cid] = self.gather("residue_sums", lambda q: {"sum": q.prop.residue_colsum(absolute)}, [p])["sum"]
-            self.residue_sums.update(sums)
-        residue = np.sum([self.residue_sums[p.cid] for p in self.parties], axis=0)
-        return {"z_norm": z_norm, "zv_norm": np.sqrt(pc["sq"]), "residue_norm": float(np.linalg.norm(residue)),
-                **spectral_info}
+        # residue column sums and rounding bounds are maintained by the clients' states (O(F) to read);
+        # only the clients a request touched can have new ones, the others' last sums are kept by the server
+        approx = self.approximation_state(residue_norm == "abs", touched)
+        return {"z_norm": z_norm, "zv_norm": np.sqrt(pc["sq"]), **approx, **spectral_info}
 
     def spectral_norm(self, mode: str, touched) -> tuple[float, dict]:
         """||Z_train|| = sqrt(lambda_max(sum_k Z_k^T Z_k)), from above.

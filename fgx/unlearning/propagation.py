@@ -28,6 +28,7 @@ import numpy as np
 import scipy.sparse as sp
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
+F64_UNIT = 2.0 ** -53 * 1.01  # unit roundoff of float64, with slack for the second-order terms of gamma_k
 CHUNK_NNZ = 1 << 22          # adjacency entries per chunk of a full pass (bounds the temporaries)
 
 
@@ -149,6 +150,7 @@ class ResidueRows:
         self.used = 0                       # slots handed out (some may be on the free stack)
         self.colsum = np.zeros(F)           # sum_u R(u), float64
         self.abssum = np.zeros(F)           # sum_u |R(u)|
+        self.sum_error = np.zeros(F)        # a bound on the float64 summation error of colsum
 
     def __len__(self) -> int:
         return int((self.slot >= 0).sum())
@@ -171,7 +173,10 @@ class ResidueRows:
             return
         old = self.get(rows) if old is None else old
         self.colsum += new.sum(0, dtype=np.float64) - old.sum(0, dtype=np.float64)
+        moved = np.abs(new).sum(0, dtype=np.float64) + np.abs(old).sum(0, dtype=np.float64)
         self.abssum += np.abs(new).sum(0, dtype=np.float64) - np.abs(old).sum(0, dtype=np.float64)
+        # recursive float64 summation of rows.size terms, then two more additions (Higham's gamma_k)
+        self.sum_error += F64_UNIT * ((rows.size + 2) * moved + 2 * np.abs(self.colsum))
         nz = np.any(new != 0, axis=1)
         s = self.slot[rows]
         gone = (~nz) & (s >= 0)
@@ -373,36 +378,74 @@ class GPRPropagator(GraphState):
         self.n, self.F = np.shape(x)
         if self.adj.shape != (self.n, self.n):
             raise ValueError(f"adjacency is {self.adj.shape}, features have {self.n} rows")
-        self.Q = np.zeros((self.L + 1, self.n, self.F), dtype=self.dtype)
-        self.R = [ResidueRows(self.n, self.F, self.dtype) for _ in range(self.L)]
         self.pushes = 0   # rows pushed so far (a cost counter for reports)
+        self.unit = float(np.finfo(self.dtype).eps) / 2 * 1.01   # unit roundoff, with slack for O(u^2) terms
         self._pos = np.zeros(self.n, dtype=np.int64)
         self._mark = np.zeros(self.n, dtype=bool)
-        self._initial_push(x)
+        self.repropagate(x, threshold=self.r_max)
+
+    def repropagate(self, x, threshold: float = 0.0) -> None:
+        """Propagate ``x`` over the current graph from a zero state (Algorithm 2 from q = 0). With
+        ``threshold=0`` every residue is pushed: the state is exact (no residue is stored, only the
+        rounding of the state's dtype is left) - the re-propagation a certified retraining needs.
+        Later removals push lazily at ``r_max`` again."""
+        self.Q = None
+        self.Q = np.zeros((self.L + 1, self.n, self.F), dtype=self.dtype)
+        self.R = [ResidueRows(self.n, self.F, self.dtype) for _ in range(self.L)]
+        self.rounding = np.zeros(self.F)
+        self._initial_push(x, threshold)
+
+    # -- the rounding of the state (float32 by default) ------------------------------------------------
+    # The certificate's approximation term is 2 c1 ||1^T R*|| with R* the residues for which Lemma 3.2
+    # holds exactly for the *stored* reserves: R*[0] = D^1/2 X - Q[0], R*[l] = A D^-1 Q[l-1] - Q[l]. Every
+    # rounded write makes the tracked R differ from R*; ``rounding`` bounds sum_u |R* - R| per column
+    # (summed over levels), so |1^T R*| <= |1^T R| + rounding column by column. Standard error analysis
+    # (Higham, Accuracy and Stability, ch. 3): one rounded operation errs by at most u |result|, a sum of
+    # k products by gamma_(k+1) = (k+1) u / (1 - (k+1) u) times the sum of the |terms|. A rounding delta
+    # of a reserve q_l(v) also moves the level-(l+1) equations of v's neighbours, by sum_u a_uv |delta| / d_v
+    # <= |delta| in all: reserves count twice (their own level and the next), residues once. Defects
+    # already counted are never amplified (rescalings multiply by d_new / d_old <= 1).
+    def _account(self, k: float, values: np.ndarray) -> None:
+        if values.size:
+            self.rounding += (k * self.unit) * np.abs(values).sum(0, dtype=np.float64)
+
+    def rounding_bound(self) -> np.ndarray:
+        """Per column, an upper bound on sum_u |R*(u) - R(u)| over all levels (the state's rounding) plus
+        the float64 summation error of the tracked column sums: |1^T R*| <= |1^T R| + this."""
+        return self.rounding + sum(r.sum_error for r in self.R)
 
     # -- the initial push (Algorithm 2 from q = 0, r^(0) = D^1/2 x: every node is a candidate) --------
-    def _initial_push(self, x) -> None:
+    def _initial_push(self, x, threshold: float) -> None:
         """Level by level over row chunks. From a zero state the reserve of level l is exactly what
         level l pushed, so the mass reaching level l+1 is A D^-1 Q[l], gathered row chunk by row chunk
-        (no n x F temporary)."""
+        (no n x F temporary). Rounding: r0 = x sqrt(d) rounds twice; row u of A D^-1 Q[l] is a sum of
+        deg(u) products of rounded 1/d(v), so it errs by gamma_(deg(u)+2) sum_v a_uv |q_v| / d_v; summed over
+        u that is sum_v c_v |q_v| with c_v = (A (deg + 2))_v / d_v (one weighted pass over Q[l])."""
         sq = np.sqrt(self.deg)
-        for lo in range(0, self.n, max(1, CHUNK_NNZ // max(self.F, 1))):
-            hi = min(lo + max(1, CHUNK_NNZ // max(self.F, 1)), self.n)
+        step = max(1, CHUNK_NNZ // max(self.F, 1))
+        for lo in range(0, self.n, step):
+            hi = min(lo + step, self.n)
             r0 = np.asarray(x[lo:hi], dtype=self.dtype) * sq[lo:hi, None].astype(self.dtype)
-            self._settle(0, np.arange(lo, hi), r0)
+            self._account(2, r0)
+            self._settle(0, np.arange(lo, hi), r0, threshold)
         inv_deg = 1.0 / self.deg
+        weight = (self.adj @ (self.deg + 2.0)) * inv_deg
         for lvl in range(self.L):
+            for lo in range(0, self.n, step):
+                q = self.Q[lvl, lo:lo + step]
+                self.rounding += self.unit * (weight[lo:lo + step, None] * np.abs(q)).sum(0, dtype=np.float64)
             for lo, hi in _row_chunks(self.adj.indptr):
                 mass = scaled_product(self.adj[lo:hi], self.Q[lvl], inv_deg)
                 if lvl + 1 < self.L:
-                    self._settle(lvl + 1, np.arange(lo, hi), mass)
+                    self._settle(lvl + 1, np.arange(lo, hi), mass, threshold)
                 else:
                     self.Q[self.L, lo:hi] = mass
         self.pushes += self.n * self.L
 
-    def _settle(self, lvl: int, rows: np.ndarray, res: np.ndarray) -> None:
-        """From-zero rows: entries above r_max become the reserve, the rest stays as residue."""
-        over = np.abs(res) > self.r_max
+    def _settle(self, lvl: int, rows: np.ndarray, res: np.ndarray, threshold: float) -> None:
+        """From-zero rows: entries above ``threshold`` become the reserve, the rest stays as residue
+        (an exact split: no rounding)."""
+        over = np.abs(res) > threshold
         self.Q[lvl, rows] = np.where(over, res, 0)
         res[over] = 0
         left = np.any(res != 0, axis=1)
@@ -428,7 +471,9 @@ class GPRPropagator(GraphState):
             old = self.R[lvl].get(rows)
             res = old.copy()
             if inc_rows.size:
-                res[self._pos[inc_rows]] += inc_mass     # _pos still maps rows -> positions (from _union)
+                at = self._pos[inc_rows]                 # _pos still maps rows -> positions (from _union)
+                res[at] += inc_mass
+                self._account(1, res[at])
             over = np.abs(res) > self.r_max
             hit = over.any(1)
             inc_rows, inc_mass = np.empty(0, dtype=np.int64), None
@@ -441,6 +486,7 @@ class GPRPropagator(GraphState):
             del old, res, over
             src = rows[hit]
             self.Q[lvl, src] += moved
+            self._account(2, self.Q[lvl, src])        # its own level and the next level's equations
             self.pushes += src.size
             changed.append(src)
             targets, mass = self._spread(src, moved)
@@ -448,6 +494,7 @@ class GPRPropagator(GraphState):
                 inc_rows, inc_mass = targets, mass
             else:
                 self.Q[self.L, targets] += mass
+                self._account(1, self.Q[self.L, targets])
                 changed.append(targets)
         return self._union(*changed)
 
@@ -457,6 +504,10 @@ class GPRPropagator(GraphState):
         targets, local = self._compact(block.indices)
         spread = sp.csr_matrix((block.data, local, block.indptr), shape=(rows.size, targets.size)).T
         inv_deg = (1.0 / self.deg[rows]).astype(self.dtype)
+        # a target sums at most k of the |rows| terms a |moved| / d (each from two rounded products), and
+        # sum over targets of the |terms| = sum |moved| (a row has d entries, self-loop included)
+        k = int(np.bincount(local).max()) if local.size else 0
+        self._account(k + 2, moved)
         return targets, spread @ (moved * inv_deg[:, None])
 
     def _compact(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -485,22 +536,38 @@ class GPRPropagator(GraphState):
         # sum over removed neighbours t of q^(l-1)(t)/d_old(t), read before any rescaling
         removed = sp.csr_matrix((np.ones(idx.size, dtype=self.dtype), (idx, nbr)), shape=(touched.size, touched.size))
         inv_old = (1.0 / old_deg).astype(self.dtype)[:, None]
-        lost_in = [removed @ (self.Q[lvl - 1, touched] * inv_old) for lvl in range(1, self.L + 1)]
+        k = int(lost.max())
+        lost_in = []
+        for lvl in range(1, self.L + 1):
+            terms = self.Q[lvl - 1, touched] * inv_old
+            self._account((k + 2) * k, terms)       # a row sums <= k of them; a term is used <= k times
+            lost_in.append(removed @ terms)
         x_t = self.features(touched)
         self._drop_edges(u, v, pos_uv, pos_vu)
         scale = (new_deg / old_deg).astype(self.dtype)[:, None]
         for lvl in range(self.L + 1):
             q_old = self.Q[lvl, touched]
             q_new = q_old * scale   # q(u)/d(u), what neighbours read, stays unchanged
+            if lvl < self.L:
+                self._account(4, q_new)             # two roundings, own level and the next level's
             if lvl == 0:
                 self.Q[0, touched] = q_new
-                self.R[0].put(touched, np.sqrt(new_deg).astype(self.dtype)[:, None] * x_t - q_new)
+                target = np.sqrt(new_deg).astype(self.dtype)[:, None] * x_t
+                r0 = target - q_new
+                self.R[0].put(touched, r0)
+                # x_t is recovered as (q + r) / sqrt(d) (3 roundings), times sqrt(d') (2), minus q (1)
+                self._account(6, target)
+                self._account(1, r0)
             elif lvl < self.L:
                 self.Q[lvl, touched] = q_new
-                self.R[lvl].add(touched, q_old - q_new - lost_in[lvl - 1])
+                delta = q_old - q_new - lost_in[lvl - 1]
+                self.R[lvl].add(touched, delta)
+                self._account(3, np.abs(q_old) + np.abs(q_new) + np.abs(lost_in[lvl - 1]))
+                self._account(1, self.R[lvl].get(touched))
             else:
                 # the last level keeps no residue: q_new + (q_old - q_new - lost) goes into the reserve
                 self.Q[lvl, touched] = q_old - lost_in[lvl - 1]
+                self._account(1, self.Q[lvl, touched])
         return self.push(touched)
 
     def remove_node_features(self, nodes) -> np.ndarray:
@@ -689,6 +756,18 @@ class ExactPropagator(GraphState):
 
     def residue_colsum(self, absolute: bool = False) -> np.ndarray:
         return np.zeros(self.F)
+
+    def rounding_bound(self) -> np.ndarray:
+        """No residues, so no residue drift; the rounding of Z itself is not bounded here (see
+        docs/unlearning.md, *float32 and the certificate*)."""
+        return np.zeros(self.F)
+
+    def repropagate(self, x=None, threshold: float = 0.0) -> None:
+        """Already exact: recompute Z on the current graph (``x``: the current features, if given)."""
+        if x is not None:
+            self.x = np.array(x, dtype=self.dtype, copy=True)
+        self._stale = True
+        self.Z
 
     def error_bound(self) -> float:
         return 0.0

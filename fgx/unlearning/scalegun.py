@@ -25,6 +25,7 @@ from fgx.registry import UNLEARNING
 from fgx.unlearning.base import UnlearningMethod
 from fgx.unlearning.bounds import WorstCaseAccumulator, embedding_change, worst_case
 from fgx.unlearning.certified import C1, GAMMA2, certificate_budget
+from fgx.unlearning import attacks
 from fgx.unlearning.requests import edge_mia, inject_adversarial, make_requests
 
 
@@ -77,6 +78,10 @@ class CertifiedUnlearningParams:
     eval_every: int = field(default=1, metadata=spec(
         min=1, help="test accuracy every N requests (and after the last); retrain: re-propagates and retrains there"))
     mia: bool = field(default=True, metadata=spec(help="edge requests: deleted-edge membership-inference AUC"))
+    attacks: bool = field(default=True, metadata=spec(
+        help="after the last request: link stealing (posterior, feature similarity) and LinkTeller on the removed "
+             "edges, or membership inference on the deleted nodes, for the unlearned model and for a model "
+             "retrained from scratch on exact embeddings (fgx/unlearning/attacks.py)"))
     seed_offset: int = field(default=0, metadata=spec(help="added to the run seed to draw the requests"))
 
 
@@ -90,6 +95,11 @@ class CertifiedUnlearning(UnlearningMethod):
         if validated.names.get("algorithm") != "certified_lr":
             raise ConfigError("algorithm.name", validated.names.get("algorithm"),
                               f"certified_lr (unlearning={cls.name} unlearns the certified linear model)")
+        if cls.newton and params.certificate.enforce and validated.params["algorithm"].noise_std == 0:
+            raise ConfigError("unlearning.certificate.enforce", True,
+                              "false when algorithm.noise_std = 0: the budget alpha eps / sqrt(2 log(1.5/delta)) is 0, "
+                              "so no model can be certified (set certificate.enforce=false to only report the bounds, "
+                              "as the paper's Fig. 2 does, or a noise_std > 0)")
 
     def run(self, ctx, algorithm) -> dict:
         p = self.params
@@ -113,23 +123,55 @@ class CertifiedUnlearning(UnlearningMethod):
         out["setup"]["test_accuracy"] = server.accuracy("test")
         requests = make_requests(algo.parties, p.requests, rng, injected)
         budget = certificate_budget(server.noise_std, p.certificate.epsilon, p.certificate.delta)
-        mia_before = edge_mia(server, requests, rng) if p.mia and p.requests.type == "edge" else None
+        pairs = edge_mia(server, requests, rng) if (p.mia or p.attacks) and p.requests.type == "edge" else None
+        mia_before = pairs if p.mia else None
+        attack_state = attacks.prepare(server, requests, p.requests.type, pairs, rng) if p.attacks else None
 
         proc = self.processor(server, budget, algo)
+        if hasattr(proc, "initial"):
+            out["setup"].update(proc.initial())
+            if out["setup"]["repropagated"]:
+                ctx.log.warning("%s: the trained model's bound %.3g exceeds the budget %.3g: re-propagated exactly "
+                                "and retrained before the first request", self.name, out["setup"]["initial_bound"], budget)
+                out["setup"]["test_accuracy"] = server.accuracy("test")
         rows = []
         for i, req in enumerate(requests, start=1):
+            if getattr(proc, "failed", False):
+                ctx.log.error("%s: certificate failed: even after exact re-propagation and retraining the bound "
+                              "exceeds the budget %.3g (lower algorithm.propagation.r_max, use "
+                              "algorithm.propagation.dtype=float64, or raise algorithm.noise_std); requests %d-%d "
+                              "are refused and not processed", self.name, budget, i, len(requests))
+                break
             evaluate = i % p.eval_every == 0 or i == len(requests)
             row = {"request": i, **proc.process(req, evaluate)}
             rows.append(row)
+            self.log_request(ctx, row, budget)
             if i % max(1, len(requests) // 10) == 0 or i == len(requests):
                 ctx.log.info("%s: request %d/%d test acc %s, retrains %d, %.3fs (prop %.4fs)", self.name, i,
                              len(requests), row["test_accuracy"], proc.retrains, row["total_s"],
                              row["propagation_s"])
+        if getattr(proc, "failed", False) and (not rows or rows[-1]["action"] == "refused"):
+            ctx.log.error("%s: certificate failed at request %d of %d: no model within the budget %.3g could be "
+                          "released", self.name, len(rows), len(requests), budget)
         out.update({"budget": float(budget), "requests": rows,
                     "summary": self.summary(rows, out["setup"], proc, budget)})
+        s = out["summary"]
+        s["requests_planned"] = len(requests)
+        s["certificate_failed"] = bool(getattr(proc, "failed", False))
+        if s.get("requests_outside_budget"):
+            ctx.log.warning("%s: %d of %d released models were outside the certificate (largest bound %.3g, budget "
+                            "%.3g; certificate.enforce=false)", self.name, s["requests_outside_budget"], len(rows),
+                            s["max_released_bound"], budget)
         if mia_before is not None:
             out["summary"]["mia_auc_before"] = mia_before["auc"]
             out["summary"]["mia_auc_after"] = edge_mia(server, requests, rng, mia_before)["auc"]
+        if attack_state is not None and rows and not s["certificate_failed"]:
+            t0 = time.perf_counter()
+            s.update(attacks.unlearned_vs_retrained(server, attack_state))
+            s["attacks_s"] = time.perf_counter() - t0
+            ctx.log.info("%s: attack AUCs, unlearned / retrained: %s", self.name, ", ".join(
+                f"{k[:-len('_auc_unlearned')]} {s[k]:.3f} / {s[k.replace('unlearned', 'retrained')]:.3f}"
+                for k in s if k.endswith("_auc_unlearned")))
         if p.requests.selection == "adversarial":
             s = out["summary"]
             s["clean_test_accuracy"] = out["setup"]["clean_test_accuracy"]
@@ -137,8 +179,17 @@ class CertifiedUnlearning(UnlearningMethod):
         return out
 
     def processor(self, server, budget: float, algo) -> RequestProcessor:
-        return RequestProcessor(server, self.params, budget, retrain=lambda: algo.train(fresh_noise=True),
+        return RequestProcessor(server, self.params, budget, retrain=server.retrain_exact,
                                 influence=self.influence, algo=algo)
+
+    @staticmethod
+    def log_request(ctx, row: dict, budget: float) -> None:
+        if row.get("action") == "retrain":
+            ctx.log.info("request %d: the step's bound %.3g > budget %.3g: exact re-propagation and retraining "
+                         "(bound now %.3g)", row["request"], row["step_bound"], budget, row["bound"])
+        elif row.get("action") == "newton" and not row["within_budget"]:
+            ctx.log.warning("request %d: released model's bound %.3g > budget %.3g: NOT certified "
+                            "(certificate.enforce=false)", row["request"], row["bound"], budget)
 
     def summary(self, rows: list[dict], setup: dict, proc, budget: float) -> dict:
         p = self.params
@@ -153,6 +204,13 @@ class CertifiedUnlearning(UnlearningMethod):
              "initial_test_accuracy": setup["test_accuracy"],
              "final_test_accuracy": accs[-1] if accs else setup["test_accuracy"],
              "retrain_count": proc.retrains, "budget": float(budget)}
+        released = [r for r in rows if r.get("released", True) and "bound" in r]
+        if released:
+            s["max_released_bound"] = float(max(r["bound"] for r in released))
+            s["requests_outside_budget"] = int(sum(not r["within_budget"] for r in released))
+            s["max_rounding_term"] = float(max(r["rounding_term"] for r in released))
+            for action in ("newton", "retrain", "refused"):
+                s[f"actions_{action}"] = int(sum(r["action"] == action for r in rows))
         for key in ("total_s", "propagation_s", "model_update_s", "certificate_s", "retrain_s", "exchanges"):
             s[f"mean_{key}"] = mean(key)
         if p.report.bounds and rows:
@@ -173,12 +231,39 @@ class RequestProcessor:
 
     def __init__(self, server, params, budget: float, retrain, influence: bool = False, algo=None):
         self.server, self.params, self.budget = server, params, budget
-        self.retrain = retrain
+        self.retrain = server.retrain_exact if retrain is None else retrain
         self.influence = influence
         self.algo = algo
         self.beta = np.zeros(server.C)
         self.worst = WorstCaseAccumulator()
         self.retrains = 0
+        self.failed = False
+
+    def approx_term(self, terms: dict) -> np.ndarray:
+        """Per class: 2 c1 (||1^T R|| + the state's rounding bound) and the training gradient norm."""
+        cert = self.params.certificate
+        approx = 2 * C1 * (terms["residue_norm"] + terms["rounding_norm"]) if cert.include_approx_term else 0.0
+        if cert.include_train_residual:
+            approx = approx + self.server.train_residual
+        return np.broadcast_to(np.asarray(approx, dtype=np.float64), self.beta.shape)
+
+    def rounding_term(self, terms: dict) -> float:
+        return 2 * C1 * terms["rounding_norm"] if self.params.certificate.include_approx_term else 0.0
+
+    def initial(self) -> dict:
+        """The model before any request: its bound (approximation term only). Above the budget with
+        ``enforce``, it is re-propagated exactly and retrained first (and refused if that is not enough)."""
+        cert = self.params.certificate
+        terms = self.server.approximation_state(cert.residue_norm == "abs")
+        bound = float(self.approx_term(terms).max())
+        out = {"initial_bound": bound, "initial_residue_norm": terms["residue_norm"],
+               "initial_rounding_term": self.rounding_term(terms), "repropagated": False}
+        if bound > self.budget and cert.enforce:
+            self.retrain()
+            terms = self.server.approximation_state(cert.residue_norm == "abs")
+            out.update(repropagated=True, bound_after_repropagation=float(self.approx_term(terms).max()))
+            self.failed = out["bound_after_repropagation"] > self.budget
+        return out
 
     def process(self, req: dict, evaluate: bool = True) -> dict:
         server, p = self.server, self.params
@@ -212,34 +297,35 @@ class RequestProcessor:
         if self.influence:
             hess_change = server.hessian_change_norm(v)
             step_error = step_error + hess_change
-        self.beta = self.beta + step_error
         self.last = {"unlearning_term": step, "solve_residual": sol["solve_residual"], "hessian_change": hess_change}
-        approx = 2 * C1 * terms["residue_norm"] if cert.include_approx_term else 0.0
-        if cert.include_train_residual:
-            approx = approx + server.train_residual
-        approx = np.broadcast_to(np.asarray(approx, dtype=np.float64), self.beta.shape)
-        bound = self.beta + approx
+        approx = self.approx_term(terms)
+        bound = self.beta + step_error + approx        # the bound of W + v, before it is released
         exceeded = bool(np.any(bound > self.budget))
         cert_s = time.perf_counter() - t1
 
-        retrain_s = 0.0
-        retrained = exceeded and cert.enforce
-        if retrained:
+        retrain_s, action = 0.0, "newton"
+        if exceeded and cert.enforce:
+            # W + v is never released: exact re-propagation (residues reset) and training from scratch
             t1 = time.perf_counter()
-            self.retrain()          # fresh noise, current embeddings, no re-propagation
+            self.retrain()
             retrain_s = time.perf_counter() - t1
             self.beta[:] = 0.0
             self.worst.reset()
             self.retrains += 1
+            terms_after = server.approximation_state(cert.residue_norm == "abs")
+            self.after = terms_after
+            approx = self.approx_term(terms_after)
+            held = self.beta + approx
+            action = "retrain"
+            if np.any(held > self.budget):
+                action = "refused"      # even a model retrained on exact embeddings is outside the budget
+                self.failed = True
         else:
+            self.beta = self.beta + step_error
             server.W = server.W + v
             server.broadcast("weights", server.W)
+            held = bound
         total_s = time.perf_counter() - t0
-        if retrained:      # what the released model's bound is after retraining: the fresh terms only
-            approx = 2 * C1 * terms["residue_norm"] if cert.include_approx_term else 0.0
-            approx = np.broadcast_to(approx + (server.train_residual if cert.include_train_residual else 0.0),
-                                     self.beta.shape)
-        held = self.beta + approx
         row = {"items": int(sum(np.shape(x)[-1] if kind == "edge" else len(x) for x in req.values())),
                "clients": [int(pt.cid) for pt in touched],
                "propagation_s": prop_s, "model_update_s": model_s, "certificate_s": cert_s,
@@ -248,16 +334,22 @@ class RequestProcessor:
                "prediction_change_norm": float(terms["zv_norm"].max()),
                "unlearning_term": float(step.max()), "solve_residual": float(sol["solve_residual"].max()),
                "beta": float(self.beta.max()), "approx_term": float(approx.max()),
-               "residue_norm": terms["residue_norm"], "bound": float(bound.max()),
-               "budget_left": float(self.budget - bound.max()), "retrained": retrained,
+               "residue_norm": terms["residue_norm"], "rounding_norm": terms["rounding_norm"],
+               "rounding_term": self.rounding_term(terms), "step_bound": float(bound.max()),
+               "bound": float(held.max()), "budget": float(self.budget), "action": action,
+               "released": action != "refused", "within_budget": bool(np.all(held <= self.budget)),
+               "budget_left": float(self.budget - held.max()), "retrained": action != "newton",
                "retrain_count": self.retrains, "cg_iterations": sol["cg_iterations"],
                "spectral_iterations": terms["spectral_iterations"],
                "exchanges": server.exchanges - ex0}
         if hess_change is not None:
             row["hessian_change_norm"] = float(hess_change.max())
+        if action != "newton":      # the state the released (retrained) model was trained on
+            row["residue_norm_after_retrain"] = self.after["residue_norm"]
+            row["rounding_term_after_retrain"] = self.rounding_term(self.after)
         if p.report.bounds:
             t1 = time.perf_counter()
-            row.update(self._report(kind, eps2, n_old, held, approx, retrained))
+            row.update(self._report(kind, eps2, n_old, held, approx, action != "newton"))
             row["report_s"] = time.perf_counter() - t1
         row["test_accuracy"] = server.accuracy("test") if evaluate else None
         return row

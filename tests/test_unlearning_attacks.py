@@ -1,0 +1,62 @@
+"""The attacks that judge unlearning (fgx/unlearning/attacks.py): they find the edges and members a model
+was trained on, and they are reported for the unlearned model and for a model retrained from scratch."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from fgx.unlearning import attacks
+from fgx.unlearning.requests import edge_mia
+from test_unlearning import build_server, certified, processor
+from test_unlearning_certificate import generated_party
+
+
+def test_edge_attacks_find_edges_and_lose_them_after_retraining():
+    server = build_server([generated_party(n=400, f=8)], noise_std=0.1, r_max=1e-5)
+    rng = np.random.default_rng(0)
+    edges = server.parties[0].prop.sample_edges(60, rng)
+    requests = [{0: edges[:, j:j + 1]} for j in range(60)]
+    state = attacks.prepare(server, requests, "edge", edge_mia(server, requests, rng), rng)
+    before = attacks.evaluate(server, state)
+    # on the model trained with the edges, the influence of u on v is direct for an edge, absent or
+    # two hops away for a non-edge; propagated rows of neighbours are alike
+    assert before["linkteller"] > 0.95 and before["link_stealing_features"] > 0.75
+    assert before["link_stealing_posterior"] > 0.65
+    proc = processor(server, budget=0.05)
+    for req in requests:
+        proc.process(req, evaluate=False)
+    out = attacks.unlearned_vs_retrained(server, state)
+    assert out["linkteller_auc_retrained"] < 0.6 and out["linkteller_auc_unlearned"] < 0.6
+    assert out["link_stealing_features_auc_retrained"] < before["link_stealing_features"] - 0.1
+    assert out["link_stealing_raw_features_auc"] == before["link_stealing_raw_features"]
+    assert server.parties[0].prop.stored_residue_rows() == 0      # the retrained model's exact state
+
+
+def test_membership_inference_on_deleted_nodes():
+    server = build_server([generated_party(n=400, f=80, seed=4)], noise_std=0.1, r_max=1e-5, lam=1e-5)
+    rng = np.random.default_rng(0)
+    nodes = rng.choice(server.parties[0].train_ids(), 100, replace=False)
+    requests = [{0: [int(u)]} for u in nodes]
+    state = attacks.prepare(server, requests, "node", None, rng)
+    before = attacks.evaluate(server, state)["mia_deleted_nodes"]
+    assert before > 0.6                                      # an overfitted model: members are more confident
+    proc = processor(server, budget=0.05, **{"requests.type": "node"})
+    for req in requests:
+        proc.process(req, evaluate=False)
+    out = attacks.unlearned_vs_retrained(server, state)
+    assert out["mia_deleted_nodes_auc_retrained"] < before - 0.05
+    assert out["mia_deleted_nodes_auc_unlearned"] < before - 0.05
+
+
+def test_fgx_run_reports_attacks_for_unlearned_and_retrained(run_fgx, tiny_cfg):
+    over = certified(tiny_cfg)
+    for method, kind, names in (("scalegun", "edge", ("link_stealing_posterior", "link_stealing_features", "linkteller")),
+                                ("cgu", "node", ("mia_deleted_nodes",))):
+        run = run_fgx(*over, f"unlearning={method}", f"unlearning.requests.type={kind}",
+                      "unlearning.requests.num_requests=6")
+        s = json.loads((run / "unlearning.json").read_text())["summary"]
+        for name in names:
+            for model in ("unlearned", "retrained"):
+                assert 0.0 <= s[f"{name}_auc_{model}"] <= 1.0
+        assert json.loads((run / "summary.json").read_text())["unlearning"][f"{names[0]}_auc_retrained"] >= 0

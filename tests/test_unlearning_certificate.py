@@ -1,0 +1,162 @@
+"""No release outside the certificate: over hundreds of requests on real Cora and on a generated graph the
+released model's bound never exceeds the budget, a retraining re-propagates exactly (residues reset) and
+trains from scratch so the bound restarts near zero, the float32 rounding of the state is bounded inside
+the accountant, and a run whose certificate would fail says so."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from fgx.unlearning.certified import PartyState
+from fgx.unlearning.propagation import GPRPropagator, scaled_product, symmetric_adjacency
+from test_unlearning import build_server, certified, processor
+
+
+def generated_party(n=400, f=8, classes=3, seed=0) -> PartyState:
+    rng = np.random.default_rng(seed)
+    y = rng.integers(0, classes, n)
+    x = rng.normal(size=(n, f)) + 1.5 * np.eye(classes, f)[y]
+    ei = rng.integers(0, n, (2, 6 * n))
+    ei = ei[:, (y[ei[0]] == y[ei[1]]) | (rng.random(ei.shape[1]) < 0.3)]
+    order = rng.permutation(n)
+    masks = {s: np.zeros(n, bool) for s in ("train", "val", "test")}
+    masks["train"][order[:n // 2]] = True
+    masks["val"][order[n // 2:3 * n // 4]] = True
+    masks["test"][order[3 * n // 4:]] = True
+    return PartyState(0, ei, x, y, masks)
+
+
+def approximation_now(server) -> float:
+    """2 c1 (||1^T R|| + ||rounding||) + training residual, read from the clients' states directly."""
+    residue = sum(p.prop.residue_colsum() for p in server.parties)
+    rounding = sum(p.prop.rounding_bound() for p in server.parties)
+    return float((2 * (np.linalg.norm(residue) + np.linalg.norm(rounding)) + server.train_residual).max())
+
+
+def check_rows(rows, budget):
+    """Every released model within the budget, near its edge, and every retraining a reset."""
+    bounds = np.array([r["bound"] for r in rows])
+    assert np.all(bounds <= budget), (bounds.max(), budget)
+    assert all(r["within_budget"] and r["released"] for r in rows)
+    assert bounds.max() > 0.8 * budget                     # the test runs close to the edge
+    retrains = [r for r in rows if r["action"] == "retrain"]
+    assert len(retrains) >= 2
+    for r in retrains:
+        assert r["step_bound"] > budget                   # retraining only where the step would not fit
+        assert r["residue_norm_after_retrain"] == 0.0     # exact re-propagation: no residue left
+        assert r["bound"] < 0.25 * budget                 # the bound restarts near zero
+    newton = [r for r in rows if r["action"] == "newton"]
+    assert all(r["bound"] == r["step_bound"] for r in newton)
+
+
+def test_generated_graph_200_requests_never_outside_the_certificate():
+    server = build_server([generated_party()], noise_std=0.1, r_max=1e-5, dtype="float32")
+    budget = 0.02
+    proc = processor(server, budget=budget, **{"report.bounds": True})
+    rng = np.random.default_rng(1)
+    rows = []
+    for i in range(200):
+        row = proc.process({0: server.parties[0].prop.sample_edges(1, rng)}, evaluate=False)
+        rows.append(row)
+        # the bound covers what the state holds now, and the true gradient norm on exact embeddings
+        assert row["bound"] >= approximation_now(server) * (1 - 1e-9)
+        assert row["true_norm"] <= row["bound"]
+    check_rows(rows, budget)
+    assert max(r["rounding_term"] for r in rows) > 0
+
+
+def test_cora_220_requests_never_outside_the_certificate(run_fgx, data_root):
+    run = run_fgx("dataset=cora", f"data_dir={data_root}", "partitioner=random", "partitioner.num_clients=1",
+                  "algorithm=certified_lr", "rounds=1", "unlearning=scalegun", "unlearning.requests.num_requests=220", "unlearning.eval_every=220",
+                  "unlearning.mia=false", "unlearning.attacks=false")
+    out = json.loads((run / "unlearning.json").read_text())
+    rows, budget = out["requests"], out["budget"]
+    assert len(rows) == 220 and budget == pytest.approx(0.0228, abs=1e-4)
+    check_rows(rows, budget)
+    s = out["summary"]
+    assert not s["certificate_failed"] and s["requests_outside_budget"] == 0
+    assert s["max_released_bound"] <= budget and s["actions_retrain"] == s["retrain_count"] >= 2
+    assert 0 < s["max_rounding_term"] < budget and out["setup"]["initial_rounding_term"] > 0
+    assert all(r["rounding_term"] > 0 for r in rows)       # float32: the rounding term is in every bound
+
+
+def implied_defect(prop, x) -> np.ndarray:
+    """Per column sum_u |R*(u) - R(u)| over the levels, with R* the residues for which Lemma 3.2 holds
+    exactly for the stored reserves (a float64 pass over the whole state)."""
+    d = np.sqrt(prop.deg)[:, None] * x - prop.Q[0] - prop.R[0].dense()
+    out = np.abs(d).sum(0)
+    prev = prop.Q[0].astype(np.float64)
+    for lvl in range(1, prop.L + 1):
+        cur = prop.Q[lvl].astype(np.float64)
+        d = scaled_product(prop.adj, prev, 1.0 / prop.deg) - cur
+        if lvl < prop.L:
+            d = d - prop.R[lvl].dense()
+        out += np.abs(d).sum(0)
+        prev = cur
+    return out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rounding_bound_covers_the_state_drift(dtype):
+    rng = np.random.default_rng(0)
+    n, f = 2000, 12
+    x = rng.normal(size=(n, f)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1).max()
+    prop = GPRPropagator(symmetric_adjacency(rng.integers(0, n, (2, 12000)), n), x, [0.1, 0.3, 0.6], 1e-4, dtype)
+    x_now = x.astype(np.float64)
+    # the initial push's share is checked first; then only what the requests add is counted from zero,
+    # against what their roundings add to the drift (defects are never amplified, so they add up)
+    start = implied_defect(prop, x_now)
+    assert np.all(start <= prop.rounding_bound())
+    prop.rounding[:] = 0.0
+    checks = []
+    for step in range(40):
+        prop.remove_edges(prop.sample_edges(1 + step % 3, rng))
+        if step % 10 == 9:
+            nodes = rng.choice(n, 2, replace=False)
+            prop.remove_node_features(nodes[:1])
+            prop.remove_nodes(nodes[1:])
+            x_now[nodes] = 0.0
+        if step % 10 == 0 or step == 39:
+            checks.append((implied_defect(prop, x_now), prop.rounding_bound().copy()))
+    for defect, bound in checks:
+        assert np.all(defect <= start + bound)
+    assert np.any(checks[-1][0] > start)                     # the requests added a drift to cover
+    if dtype == "float32":
+        assert checks[-1][1].max() < 1e-3 * np.abs(prop.Q).sum(axis=(0, 1)).max()   # and the bound is usable
+    prop.repropagate(x_now)                                  # exact re-propagation resets it
+    assert prop.stored_residue_rows() == 0 and np.all(implied_defect(prop, x_now) <= prop.rounding_bound())
+
+
+def test_enforce_false_reports_every_release_outside_the_budget():
+    server = build_server([generated_party(seed=2)], noise_std=0.1, r_max=1e-5)
+    proc = processor(server, budget=1e-6, **{"certificate.enforce": False})
+    rows = [proc.process({0: server.parties[0].prop.sample_edges(1, np.random.default_rng(j))}) for j in range(3)]
+    assert all(r["action"] == "newton" and not r["within_budget"] and r["bound"] > 1e-6 for r in rows)
+    assert proc.retrains == 0
+
+
+def test_request_refused_when_even_a_retrained_model_is_outside_the_budget():
+    server = build_server([generated_party(seed=3)], noise_std=0.1, r_max=1e-5)
+    w0 = server.W.copy()
+    proc = processor(server, budget=1e-14)        # below the training residual of any trained model
+    row = proc.process({0: server.parties[0].prop.sample_edges(1, np.random.default_rng(0))})
+    assert row["action"] == "refused" and not row["released"] and proc.failed
+    assert not np.allclose(server.W, w0)          # it was retrained (exactly), and still not certifiable
+
+
+def test_run_with_enforced_zero_budget_is_refused_before_work(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match="unlearning.certificate.enforce.*noise_std = 0"):
+        run_fgx(*certified(tiny_cfg), "unlearning=scalegun", "algorithm.noise_std=0")
+
+
+def test_run_log_and_summary_say_when_the_certificate_fails(run_fgx, tiny_cfg):
+    run = run_fgx(*certified(tiny_cfg), "unlearning=scalegun", "unlearning.requests.num_requests=3",
+                  "algorithm.noise_std=1e-12", "unlearning.mia=false", "unlearning.attacks=false")
+    out = json.loads((run / "unlearning.json").read_text())
+    s = out["summary"]
+    assert s["certificate_failed"] and s["requests"] < s["requests_planned"] == 3
+    assert "certificate failed" in (run / "fgx.log").read_text()
+    assert json.loads((run / "summary.json").read_text())["unlearning"]["certificate_failed"]

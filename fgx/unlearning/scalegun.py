@@ -5,9 +5,13 @@ only they update their state. The baselines (``cgu``, ``ceu``, ``retrain``) reus
 
 Accountant (per class of the one-vs-rest model): beta_c accumulates, per Newton step,
 gamma2 ||Z'|| ||H^-1 Delta_c|| ||Z' H^-1 Delta_c|| plus the step's own solve residual ||H v - Delta||;
-the approximation term 2 c1 ||1^T R|| (current residues) plus the training gradient norm is added
-fresh each time; when any class exceeds alpha eps / sqrt(2 log(1.5/delta)) every class is retrained
-with fresh noise on the current embeddings (no re-propagation) and beta resets.
+the approximation term 2 c1 (||1^T R|| + the state's rounding bound) plus the training gradient norm is
+added fresh each time. The bound of W + v is computed *before* it is released: when any class would
+exceed the budget alpha eps / sqrt(2 log(1.5/delta)), W + v is never released; every client re-propagates
+exactly (residues reset to zero) and the model is trained from scratch with fresh noise, so the bound
+restarts at the rounding and training terms; if even that exceeds the budget the request is refused
+and the run stops processing requests (the log and the summary say so). With
+``certificate.enforce=false`` nothing is retrained and every release above the budget is flagged.
 
 Each request's time is split into propagation (the embedding update and the client's training rows),
 model update (Delta from the changed rows, the Newton solve) and certificate (||Z'||, ||Z' v||, residue

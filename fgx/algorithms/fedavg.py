@@ -26,11 +26,11 @@ class FedAvgParams(LocalTrainParams):
 def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: int):
     """Client side of one FedAvg round: start from the global weights, train, return the delta.
     Module-level (not a closure) so that any executor can ship it to where the client lives."""
-    state.model.load_state_dict(global_weights)
+    state.model.load_state_dict(global_weights, strict=False)   # a method sharing part of the model sends that part
     g = torch.Generator().manual_seed(round_seed + state.cid)
     loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, state.extra.get("extra_loss"), p.fanouts)
     new = state.model.state_dict()
-    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in new}
+    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in global_weights}
     return delta, loss
 
 

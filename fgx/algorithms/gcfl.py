@@ -3,7 +3,12 @@ FedAvg. Clients train from their cluster's model and send their weight update dW
 bi-partitioned when it looks converged as a whole but not per client: the norm of its mean update is
 below eps1 while its largest client update is above eps2 (and it has more than two clients, after
 `warmup_rounds`). The split is the minimum cut of the clients' pairwise cosine-similarity graph of
-updates; updates are then averaged inside each cluster only. (The GCFL+ DTW variant is not built.)"""
+updates; updates are then averaged inside each cluster only. GCFL+ (algorithm=gcfl_plus) splits on
+the DTW distances of the clients' sequences of update norms instead.
+
+On the graph task clusters share the message-passing layers only, as the authors' code
+(Oxfordblue7/GCFL: the server model is ``serverGIN``, its ``graph_convs``); each client keeps its input
+layer and head. On node and edge tasks the whole model is shared."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,13 +37,19 @@ def min_cut_bipartition(similarity: torch.Tensor) -> tuple[list[int], list[int]]
     """Two groups of positions: the global minimum cut (Stoer–Wagner, networkx) of the complete
     graph weighted by similarity. Cosines lie in [-1, 1] and the cut needs non-negative weights, so
     they are mapped to (1 + cos) / 2, which keeps their order."""
+    return min_cut((1 + similarity) / 2)
+
+
+def min_cut(weights: torch.Tensor) -> tuple[list[int], list[int]]:
+    """The global minimum cut (Stoer–Wagner, networkx) of the complete graph with these non-negative
+    edge weights: two sorted lists of positions."""
     import networkx as nx
 
-    n = similarity.size(0)
+    n = weights.size(0)
     g = nx.Graph()
     for i in range(n):
         for j in range(i + 1, n):
-            g.add_edge(i, j, weight=float((1 + similarity[i, j]) / 2))
+            g.add_edge(i, j, weight=float(weights[i, j]))
     _, (a, b) = nx.stoer_wagner(g)
     return sorted(a), sorted(b)
 
@@ -62,24 +73,42 @@ class GCFL(FedAvg):
     def cluster_of(self, cid: int) -> int:
         return next(i for i, c in enumerate(self.clusters) if cid in c)
 
+    def shared_keys(self) -> list[str]:
+        """The state keys clusters share. Graph task: the message-passing layers only, as GCFL's code
+        (its server model holds only ``graph_convs``; input layer, head and readout stay with each
+        client). Node and edge tasks: the whole model (fgx's adaptation)."""
+        keys = list(self.global_model.state_dict())
+        if self.ctx.info.task != "graph":
+            return keys
+        prefixes = tuple(self.global_model.encoder_prefixes())
+        return [k for k in keys if k.startswith(prefixes)]
+
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
         seed = round_seed(self.ctx.seed, r)
-        losses, splits = [], 0
-        for k in range(len(self.clusters)):
+        keys = self.__dict__.setdefault("_shared", self.shared_keys())
+        losses, received = [], []
+        for k in range(len(self.clusters)):       # every client trains from its cluster's model
             members = [self.states[i] for i in self.clusters[k]]
-            model = self.cluster_models[k]
-            w = ch.broadcast("cluster_weights", flat_params(model), [s.cid for s in members], r)
+            sd = self.cluster_models[k].state_dict()
+            w = ch.broadcast("cluster_weights", {n: sd[n].detach().clone() for n in keys}, [s.cid for s in members], r)
             results = self.ctx.executor.map(type(self).client_fn, members, w, p, seed)
             deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(members, results)]
             losses += [l for _, l in results if l == l]
+            received.append((members, deltas))
+        self.observe(received, r)
+        splits = 0
+        for k, (members, deltas) in enumerate(received):
+            model = self.cluster_models[k]
             weights = [max(num_train_items(s), 1) if p.weighting == "train_items" else 1.0 for s in members]
             flat = torch.stack([flatten(d) for d in deltas])
             mean_norm = float(flat.mean(0).norm())
             max_norm = float(flat.norm(dim=1).max())
+            cut = None
             if r >= p.warmup_rounds and len(members) > 2 and mean_norm < p.eps1 and max_norm > p.eps2:
-                sim = torch.nn.functional.cosine_similarity(flat[:, None, :], flat[None, :, :], dim=-1)
-                a, b = min_cut_bipartition(sim)
+                cut = self.bipartition(members, flat)
+            if cut is not None:
+                a, b = cut
                 self.clusters[k] = [members[i].cid for i in a]
                 self.clusters.append([members[i].cid for i in b])
                 self.cluster_models.append(copy_model(model))
@@ -91,14 +120,30 @@ class GCFL(FedAvg):
                 avg = ch.aggregate("update", weighted_average([deltas[i] for i in idx], [weights[i] for i in idx]),
                                    len(idx), r)
                 m = self.cluster_models[ck]
-                m.load_state_dict({n: (v + avg[n]) if v.is_floating_point() else avg[n]
-                                   for n, v in m.state_dict().items()})
+                sd = m.state_dict()
+                m.load_state_dict({n: (sd[n] + v) if v.is_floating_point() else v for n, v in avg.items()}, strict=False)
         self.ctx.record("gcfl_clusters", {"clusters": [sorted(c) for c in self.clusters]})
         return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"),
                 "clusters": float(len(self.clusters)), "splits": float(splits)}
 
+    def observe(self, received: list, r: int) -> None:
+        """Hook: every cluster's (members, updates) of this round, before any split (GCFL+ keeps its
+        sequences of update norms here)."""
+
+    def bipartition(self, members: list, flat: torch.Tensor) -> tuple[list[int], list[int]] | None:
+        """Positions of the two new clusters: the minimum cut of the updates' cosine similarities."""
+        return min_cut_bipartition(torch.nn.functional.cosine_similarity(flat[:, None, :], flat[None, :, :], dim=-1))
+
     def model_for(self, client):
-        return self.cluster_models[self.cluster_of(client.cid)]
+        m = self.cluster_models[self.cluster_of(client.cid)]
+        if self.ctx.info.task != "graph":
+            return m
+        # the client's own input layer and head with its cluster's shared layers (what the next
+        # round's cluster_weights message sets)
+        own = self.states[client.cid].model
+        sd = m.state_dict()
+        own.load_state_dict({k: sd[k] for k in self.__dict__.setdefault("_shared", self.shared_keys())}, strict=False)
+        return own
 
     def state_dict(self) -> dict:
         return {"clusters": [list(c) for c in self.clusters],

@@ -1,0 +1,93 @@
+"""Graph-level federated methods inside tiny runs: GCFL's sharing of the GIN layers, GCFL+'s
+DTW split of diverging update-norm sequences, FedStar's shared structure encoder."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+GROUPS = ["dataset=graph_synth", "dataset.groups=2", "dataset.num_graphs=120", "partitioner=cross_dataset",
+          "partitioner.clients_per_dataset=3", "model.hidden=8", "model.layers=2"]
+
+
+def rows(path):
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def grab(monkeypatch, cls, method: str = "round"):
+    """Keep the algorithm object of an in-process run (``seen["algo"]``)."""
+    seen = {}
+    real = getattr(cls, method)
+
+    def wrapped(self, *a, **kw):
+        seen["algo"] = self
+        return real(self, *a, **kw)
+
+    monkeypatch.setattr(cls, method, wrapped)
+    return seen
+
+
+def scaled_update(state, weights, p, seed):
+    """FedAvg's client update, with clients 3-5's updates growing every round: their sequences of
+    update norms diverge from clients 0-2's, whose directions stay as they were."""
+    from fgx.algorithms.fedavg import client_update
+
+    delta, loss = client_update(state, weights, p, seed)
+    n = state.extra.setdefault("rounds", [])
+    n.append(1)
+    f = 1.0 if state.cid < 3 else 20.0 * len(n)
+    return {k: v * f if v.is_floating_point() else v for k, v in delta.items()}, loss
+
+
+SPLIT = ["rounds=4", "eval_every=4", "algorithm.warmup_rounds=1", "algorithm.seq_length=3", "algorithm.eps1=1e9",
+         "algorithm.eps2=0", "algorithm.local_steps=2"]
+
+
+def test_gcfl_plus_splits_the_clients_whose_update_norm_sequences_diverge(run_fgx, monkeypatch):
+    from fgx.algorithms.gcfl_plus import GCFLPlus, dtw_distances
+
+    monkeypatch.setattr(GCFLPlus, "client_fn", staticmethod(scaled_update))
+    rd = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
+    clusters = [r["clusters"] for r in rows(rd / "gcfl_clusters.jsonl")]
+    # no split before every client has seq_length norms; then the two trends are cut apart
+    assert clusters[0] == clusters[1] == [[0, 1, 2, 3, 4, 5]]
+    assert sorted(clusters[2]) == [[0, 1, 2], [3, 4, 5]] and sorted(clusters[3]) == [[0, 1, 2], [3, 4, 5]]
+    dtw = rows(rd / "gcfl_plus_dtw.jsonl")
+    assert [d["round"] for d in dtw] == [3]
+    D = torch.tensor(dtw[0]["distances"])
+    assert D[:3, 3:].min() > 10 * max(D[:3, :3].max(), D[3:, 3:].max())
+    assert torch.allclose(torch.tensor(dtw_distances([[1.0, 2.0], [1.0, 3.0]], False)),
+                          torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.double))
+
+
+def test_gcfl_cosine_cut_does_not_see_the_norm_trend(run_fgx, monkeypatch):
+    """The same updates under GCFL's cut (cosines ignore the norms): not the two groups. So the test
+    above fails when GCFL+'s DTW step is replaced by GCFL's."""
+    from fgx.algorithms.gcfl import GCFL
+    from fgx.algorithms.gcfl_plus import GCFLPlus
+
+    monkeypatch.setattr(GCFLPlus, "client_fn", staticmethod(scaled_update))
+    monkeypatch.setattr(GCFLPlus, "bipartition", GCFL.bipartition)
+    rd = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
+    assert sorted(rows(rd / "gcfl_clusters.jsonl")[2]["clusters"]) != [[0, 1, 2], [3, 4, 5]]
+
+
+def test_gcfl_on_graphs_shares_the_gin_layers_only(run_fgx, monkeypatch, recorded):
+    """As the authors' code: the clusters' messages hold the message-passing layers; every client keeps
+    its own input layer and head, and scores with them and its cluster's layers."""
+    from fgx.algorithms.gcfl import GCFL
+
+    seen = grab(monkeypatch, GCFL, "observe")
+    run_fgx("algorithm=gcfl", *GROUPS, "rounds=2", "eval_every=2")
+    kinds = {kind: payload for kind, payload, *_ in recorded["sent"]}
+    assert set(kinds["cluster_weights"]) == set(kinds["update"])
+    assert kinds["update"] and all(k.startswith("convs.") for k in kinds["update"])
+    algo = seen["algo"]
+    clients = recorded["clients"]
+    models = [algo.model_for(c).state_dict() for c in clients]
+    cluster = algo.cluster_models[0].state_dict()
+    for m in models:
+        assert all(torch.equal(m[k], cluster[k]) for k in cluster if k.startswith("convs."))
+    assert not torch.equal(models[0]["readout.weight"], models[1]["readout.weight"])
+    assert not torch.equal(models[0]["pre.weight"], models[4]["pre.weight"])

@@ -27,6 +27,7 @@ from fgx.federation.context import Context
 from fgx.loggers import make_logger
 from fgx.metrics import CLASSIFICATION, grouped_classification_metrics, improves, mean_over_clients, minority_class
 from fgx.outputs import RunDir
+from fgx.privacy.audit import attach as attach_audit, audited_name
 from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
 from fgx.progress import ACTIVITY, Progress
@@ -265,6 +266,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     algo = algo_cls(ctx)
     executor.start_round(top.seed, 0)   # client-side randomness is seeded per (seed, round, client)
     algo.setup()
+    canaries = attach_audit(privacy, algo, ctx, audited_name(v))     # None unless privacy.audit.canaries > 0
     main_metric = top.main_metric or info.main_metric
     evaluator = Evaluator(ctx, ds.data, top.eval, top.metrics, main_metric)
 
@@ -357,7 +359,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     # an algorithm with its own local DP (FedPerGNN) accounts for it itself: privacy.json carries both
     algo_dp = algo.privacy_report() if hasattr(algo, "privacy_report") else None
     rd.write_json("privacy.json", {**privacy.report(), **({"algorithm_ldp": algo_dp} if algo_dp else {}),
-                                   "messages": cover.as_dict(info.features_public)})
+                                   "messages": cover.as_dict(info.features_public),
+                                   **({"audit": canaries.report()} if canaries is not None else {})})
     executor.shutdown()
 
     summary.update({

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from fgx.config import ConfigError, spec
+from fgx.privacy.audit import AuditParams
 
 
 @dataclass
@@ -24,6 +25,7 @@ class PrivacyParams:
     public_messages: list[str] = field(default_factory=list, metadata=spec(
         help="message kinds the algorithm's clients send that you declare public: no budget covers them, "
              "and privacy.json says so (needed when the mechanism does not cover a kind)"))
+    audit: AuditParams = field(default_factory=AuditParams)   # one-run canary audit (fgx/privacy/audit/)
 
 
 class PrivacyMechanism:
@@ -124,6 +126,8 @@ def algorithm_messages(algo_cls, params) -> dict:
 
 def check_coverage(validated) -> Coverage:
     """The coverage rule, before any work: raises ConfigError naming the uncovered kinds."""
+    from fgx.privacy.audit import check
+    check(validated)                     # privacy.audit: an auditable mechanism, an uninterrupted run
     mech = validated.entries["privacy"].obj
     params = validated.params["privacy"]
     algo_name, mech_name = validated.names["algorithm"], validated.names["privacy"]

@@ -21,6 +21,10 @@ CE = ["algorithm=ce_fedgnn", "dataset=csbm", "dataset.num_nodes=200", "dataset.n
 GOSSIP = ["privacy=mf_gdp", "privacy.mu=1.0", "dataset=diabetes", "partitioner=topology", "model=mlp_tabular",
           "model.hidden=32", "algorithm.k=2", "algorithm.b=2", "rounds=4", "eval_every=4",
           "privacy.audit.canaries=2000", "output.progress=off"]
+PERGNN = ["algorithm=fedpergnn", "dataset=synthetic_bipartite", "dataset.num_users=90", "dataset.num_items=120",
+          "dataset.mean_degree=12", "partitioner=random_users", "partitioner.num_clients=3", "rounds=2", "eval_every=2",
+          "output.checkpoint=false", "model.dim=16", "algorithm.local_epochs=1", "algorithm.neighbors=0",
+          "algorithm.ldp_epsilon=0.05", "privacy.audit.canaries=2000", "output.progress=off"]
 LDP = ["algorithm=dp_dsgd", "partitioner.graph=florentine", *GOSSIP]
 PNDP = ["algorithm=antipgd", "partitioner.graph=star", "privacy.trust_model=pndp", "privacy.attackers=[0]", *GOSSIP]
 
@@ -144,6 +148,44 @@ def test_mf_gdp_audit_catches_noise_off(run_fgx, monkeypatch, cfg):
     assert a["epsilon_lb"] > a["claimed"]["epsilon"]
 
 
+# --- FedPerGNN's per-batch local DP: canary gradient coordinates -----------------------------------
+
+def test_fedpergnn_audit_stays_below_its_claim(run_fgx):
+    d = run_fgx(*PERGNN)
+    a = audited(d)
+    ldp = json.loads((d / "privacy.json").read_text())["algorithm_ldp"]
+    assert a["claimed"]["epsilon"] == pytest.approx(ldp["epsilon_per_client"][0]) and a["claimed"]["releases"] == 2
+    assert 0 < a["epsilon_lb"] < a["claimed"]["epsilon"]
+
+
+def test_fedpergnn_audit_catches_noise_off(run_fgx, monkeypatch):
+    from fgx.algorithms import fedpergnn
+
+    real = np.random.default_rng
+
+    class Quiet:
+        def __init__(self, rng):
+            self.rng = rng
+
+        def laplace(self, loc, scale, size):
+            return np.zeros(size)
+
+        def __getattr__(self, name):
+            return getattr(self.rng, name)
+
+    monkeypatch.setattr(fedpergnn.np.random, "default_rng", lambda *a, **k: Quiet(real(*a, **k)))
+    a = audited(run_fgx(*PERGNN))
+    assert a["epsilon_lb"] > a["claimed"]["epsilon"]
+
+
+def test_fedpergnn_audit_catches_clipping_off(run_fgx, monkeypatch):
+    import torch
+
+    monkeypatch.setattr(torch.nn.utils, "clip_grad_norm_", lambda params, max_norm, *a, **k: None)
+    a = audited(run_fgx(*PERGNN))
+    assert a["epsilon_lb"] > a["claimed"]["epsilon"]
+
+
 # --- refusals and the command ----------------------------------------------------------------------
 
 def test_audit_refusals_name_the_key(tmp_path, monkeypatch, capsys):
@@ -155,6 +197,8 @@ def test_audit_refusals_name_the_key(tmp_path, monkeypatch, capsys):
     assert main(["privacy", "audit", *[o for o in PNDP if o != "partitioner.graph=star"], "--dry-run"]) == 2
     assert "only neighbour is an attacker" in capsys.readouterr().err
     assert main(["privacy", "audit", *FEDAVG, "resume=true", "--dry-run"]) == 2
+    assert main(["privacy", "audit", *PERGNN, "algorithm.ldp_epsilon=null", "--dry-run"]) == 2
+    assert "no local DP" in capsys.readouterr().err
     assert main(["privacy", "audit", *FEDAVG, "--dry-run"]) == 0
     assert not list(tmp_path.iterdir())
 

@@ -96,6 +96,7 @@ class PerGNNClient:
         self.item_group = popularity_groups(inter.train[1], inter.num_items)
         self.tokens = item_tokens(inter.items_global, token_key)    # per local item
         self.update: dict | None = None
+        self.audit = None            # fgx/privacy/audit/fedpergnn.py: canaries released beside each batch
 
 
 def expansion_request(cl: PerGNNClient) -> dict:
@@ -180,8 +181,9 @@ def pergnn_train(cl: PerGNNClient, p: FedPerGNNParams, seed: int, num_items_glob
     g = torch.Generator().manual_seed(seed + cl.cid)
     rng = np.random.default_rng(seed * 7 + cl.cid)
     ldp = BatchLDP(model, p, rng) if p.ldp_epsilon is not None else None
+    hook = ldp if ldp is None or cl.audit is None else cl.audit.wrap(ldp)   # privacy.audit's canaries, if any
     loss = bpr_epochs(model, cl.inter.train, cl.known, cl.optimizer, p.local_epochs, p.batch_size, p.num_negatives,
-                      p.l2, g, bpr_tau=p.bpr_tau, grad_hook=ldp)
+                      p.l2, g, bpr_tau=p.bpr_tau, grad_hook=hook)
     gat = {k: v - start_gat[k] for k, v in model.shared_state().items()}
     real = model.item_emb.weight.detach() - start_items
     ids = cl.inter.items_global.clone()

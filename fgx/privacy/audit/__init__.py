@@ -51,11 +51,18 @@ def check(validated) -> None:
         return
     if p.canaries < 2:
         raise ConfigError("privacy.audit.canaries", p.canaries, "0 (no audit) or at least 2")
-    if audited_name(validated) is None:
+    name = audited_name(validated)
+    if name is None:
         raise ConfigError("privacy.audit.canaries", p.canaries,
                           f"0 with privacy={validated.names['privacy']} and algorithm={validated.names['algorithm']}: "
                           f"audits exist for privacy={[k for k in AUDITS if k != 'fedpergnn']} and "
                           f"algorithm=fedpergnn's local DP")
+    if name == "fedpergnn" and validated.params["algorithm"].ldp_epsilon is None:
+        raise ConfigError("privacy.audit.canaries", p.canaries, "0 with algorithm.ldp_epsilon=null (no local DP to "
+                                                                "audit)")
+    if name == "fedpergnn" and validated.names["executor"] != "local":
+        raise ConfigError("executor", validated.names["executor"], "local with a FedPerGNN audit (the canaries' "
+                                                                    "scores are collected in this process)")
     if validated.names["privacy"] == "mf_gdp":
         from fgx.privacy.audit.mf_gdp import check as check_gossip
         check_gossip(validated.params["privacy"], validated)

@@ -1,0 +1,43 @@
+"""Audit of FedPerGNN's per-batch local DP (fgx/algorithms/fedpergnn.py).
+
+The claim is per coordinate and client level: each noisy batch gradient a client releases is
+(2·clip/scale)-DP for every coordinate, composed over the client's releases. The canaries are
+Dirac gradient coordinates of client 0: m one-coordinate tensors whose gradient is +scale·clip
+(included half) or -scale·clip, released with every batch gradient of that client through the
+client's own ``BatchLDP`` (its clip per tensor, its Laplace scale for the batch's size, its random
+stream). The attacker sees the noisy batch gradients (the LDP releases) and scores a canary by the
+sum of its noisy values over the releases. The claim is client 0's composed ε."""
+from __future__ import annotations
+
+import torch
+
+from fgx.privacy.audit import Canaries
+
+
+class Audit(Canaries):
+    attack = ("canary gradient coordinates of client 0 (+-scale*clip) released through its BatchLDP with every "
+              "batch gradient; score = sum of the noisy releases")
+    victim = 0
+
+    def __init__(self, mech, algo, ctx, p):
+        super().__init__(p, ctx.seed)
+        self.algo = algo
+        sign = torch.tensor(self.included, dtype=torch.float32).mul(2).sub(1)
+        self.grads = sign * p.scale * algo.params.clip
+        self.module = torch.nn.ParameterList([torch.nn.Parameter(torch.zeros(1)) for _ in range(self.m)])
+        algo.clients[self.victim].audit = self
+
+    def wrap(self, ldp):
+        """The client's per-batch hook, followed by the canaries' release through the same mechanism."""
+        def hook(batch_len: int) -> None:
+            ldp(batch_len)
+            for prm, g in zip(self.module, self.grads):
+                prm.grad = g.reshape(1).clone()
+            type(ldp)(self.module, ldp.p, ldp.rng)(batch_len)
+            self.scores += torch.cat([prm.grad for prm in self.module]).double().numpy()
+        return hook
+
+    def claim(self) -> dict:
+        return {"epsilon": self.algo.ldp_epsilon[self.victim], "delta": 0.0,
+                "releases": self.algo.ldp_releases[self.victim],
+                "what": "FedPerGNN's per-coordinate, client-level pure ε of client 0, composed over its releases"}

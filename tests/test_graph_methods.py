@@ -91,3 +91,48 @@ def test_gcfl_on_graphs_shares_the_gin_layers_only(run_fgx, monkeypatch, recorde
         assert all(torch.equal(m[k], cluster[k]) for k in cluster if k.startswith("convs."))
     assert not torch.equal(models[0]["readout.weight"], models[1]["readout.weight"])
     assert not torch.equal(models[0]["pre.weight"], models[4]["pre.weight"])
+
+
+def test_fedstar_averages_the_structure_encoder_and_keeps_the_feature_encoder(run_fgx, monkeypatch, recorded):
+    from fgx.algorithms.fedstar import FedStar
+
+    seen = grab(monkeypatch, FedStar)
+    run_fgx("algorithm=fedstar", *GROUPS, "rounds=2", "eval_every=2", "model.n_rw=4", "model.n_dg=4")
+    sent = [(kind, payload) for kind, payload, *_ in recorded["sent"]]
+    structure = ("embedding_s.", "convs_s.")
+    assert sent and all(k.startswith(structure) for _, p in sent for k in p)       # nothing else leaves
+    algo = seen["algo"]
+    models = [algo.model_for(c).state_dict() for c in recorded["clients"]]
+    server = algo.global_model.state_dict()
+    keys = list(server)
+    shared = [k for k in keys if k.startswith(structure)]
+    personal = [k for k in keys if not k.startswith(structure) and server[k].is_floating_point()]
+    assert shared and personal
+    for m in models:
+        assert all(torch.equal(m[k], server[k]) for k in shared)
+    for k in ("pre.weight", "convs.0.nn.0.weight", "Whp.weight", "readout.weight"):
+        assert len({m[k].sum().item() for m in models}) == len(models), k      # each client its own
+
+
+def test_fedstar_structural_encoding_is_the_authors():
+    """Random-walk landing probabilities diag((A D^-1)^k), k = 1..n_rw, and the degree one-hot clipped
+    to 1..n_dg, graph by graph (a path of 3 nodes and a triangle here)."""
+    from torch_geometric.data import Data
+
+    from fgx.algorithms.fedstar import structural_encoding
+
+    ei = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 5, 3], [1, 0, 2, 1, 4, 3, 5, 4, 3, 5]])
+    view = Data(edge_index=ei, num_nodes=6, graph=torch.tensor([0, 0, 0, 1, 1, 1]), graph_y=torch.tensor([0, 1]))
+    enc = structural_encoding(view, 3, 2)
+    for nodes in ([0, 1, 2], [3, 4, 5]):
+        n = len(nodes)
+        A = torch.zeros(n, n)
+        for s, d in ei.t().tolist():
+            if s in nodes:
+                A[nodes.index(s), nodes.index(d)] = 1
+        M = A / A.sum(0, keepdim=True)          # A D^-1
+        P = torch.eye(n)
+        for k in range(3):
+            P = P @ M
+            assert torch.allclose(enc[nodes, k], P.diagonal(), atol=1e-6)
+    assert enc[:, 3:].tolist() == [[1, 0], [0, 1], [1, 0], [0, 1], [0, 1], [0, 1]]

@@ -34,6 +34,7 @@ ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=ligh
                                  "fedpergnn": ["model=gat_ranker"],
                                  "fedgcn": ["dataset.features_public=true"],   # its feature sums are raw (node task)
                                  "fedgsp": ["model=unifilter"],
+                                 "fedstar": ["model=gin_dc", "model.hidden=8"],   # its two-channel GIN
                                  "fedgta": ["model=gamlp", "model.hidden=8"],      # their own backbones
                                  "fediih": ["model=disengcn"],
                                  "fedsage_plus": ["model=sage", "algorithm.local_gen_epochs=2",   # GraphSAGE;

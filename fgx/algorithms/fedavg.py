@@ -60,9 +60,13 @@ class FedAvg(Algorithm):
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
         chosen = [self.states[i] for i in self.sample_clients(r)]
-        gw = ch.broadcast("global_weights", flat_params(self.global_model), [s.cid for s in chosen], r)
+        gw = ch.broadcast("global_weights", self.shared_weights(), [s.cid for s in chosen], r)
         results = self.ctx.executor.map(type(self).client_fn, chosen, gw, p, round_seed(self.ctx.seed, r))
         return {"loss": self.apply_updates(chosen, results, r)}
+
+    def shared_weights(self) -> dict[str, torch.Tensor]:
+        """What the server sends down: the whole global model (FedStar: its structure encoder only)."""
+        return flat_params(self.global_model)
 
     def apply_updates(self, chosen: list, results: list, r: int) -> float:
         """Server side: the clients' (update, loss) pairs go up the channel and their (weighted)
@@ -79,10 +83,11 @@ class FedAvg(Algorithm):
             mean = weighted_average(deltas, weights)
         else:   # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises
             mean = {k: torch.zeros_like(v) if v.is_floating_point() else v.clone()
-                    for k, v in self.global_model.state_dict().items()}
+                    for k, v in self.shared_weights().items()}
         avg = ch.aggregate("update", mean, len(chosen), r)
-        new = {k: (v + avg[k]) if v.is_floating_point() else avg[k] for k, v in self.global_model.state_dict().items()}
-        self.global_model.load_state_dict(new)
+        sd = self.global_model.state_dict()
+        self.global_model.load_state_dict({k: (sd[k] + v) if v.is_floating_point() else v for k, v in avg.items()},
+                                          strict=False)
         losses = [l for _, l in results if l == l]
         return float(sum(losses) / len(losses)) if losses else float("nan")
 

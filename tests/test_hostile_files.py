@@ -177,6 +177,77 @@ def test_a_valid_npz_loads_and_is_cached_once(tmp_path):
     assert ds.data.num_nodes == 12 and (tmp_path / "minesweeper" / "processed" / ".fgx-complete").is_file()
 
 
+GEOM_KINDS = ["bytes", "label_range", "label_text", "edge_range", "edge_fields", "id_duplicate", "feature_text",
+              "feature_nan", "split_key", "split_dtype", "split_length", "missing"]
+
+
+@FUZZ
+@given(data=st.data())
+def test_damaged_geom_gcn_files_are_refused_naming_the_file(tmp_path_factory, data):
+    """Geom-GCN's text files and split .npz, as PyG's WikipediaNetwork / Actor read them."""
+    from fgx.data.geom_gcn import GeomGcnParams, load_geom_gcn
+    from test_heterophily_sets import write_geom_gcn
+
+    count("geom_gcn")
+    root = tmp_path_factory.mktemp("geom")
+    name = data.draw(st.sampled_from(["chameleon", "actor"]))
+    raw = root / ("chameleon/geom_gcn" if name == "chameleon" else "actor_pyg") / "raw"
+    write_geom_gcn(raw, name, n=20)
+    nodes, edges = raw / "out1_node_feature_label.txt", raw / "out1_graph_edges.txt"
+    split = raw / f"{'film' if name == 'actor' else name}_split_0.6_0.2_{data.draw(st.integers(0, 9))}.npz"
+    kind = data.draw(st.sampled_from(GEOM_KINDS))
+    target, harmless = nodes, False
+    lines = nodes.read_text().split("\n")
+    row = data.draw(st.integers(1, 20))
+    nid, feats, label = lines[row].split("\t")
+    if kind == "bytes":
+        target = data.draw(st.sampled_from([nodes, edges, split]))
+        raw_bytes, harmless = mutate_bytes(data, target.read_bytes())
+        target.write_bytes(raw_bytes)
+    elif kind in ("label_range", "label_text", "id_duplicate", "feature_text", "feature_nan"):
+        if kind == "label_range":
+            label = str(data.draw(st.one_of(st.integers(-10**6, -1), st.integers(5, 10**6))))
+        elif kind == "label_text":
+            label = data.draw(st.sampled_from(["", "x", "1.5"]))
+        elif kind == "id_duplicate":
+            nid = str(data.draw(st.sampled_from([0, 25, -1])) if row != 1 else 25)
+        elif kind == "feature_text":
+            feats = feats + data.draw(st.sampled_from([",a", ",", ";1"]))
+        else:
+            feats = "nan," + feats if name == "chameleon" else "-3," + feats
+        lines[row] = "\t".join([nid, feats, label])
+        nodes.write_text("\n".join(lines))
+    elif kind in ("edge_range", "edge_fields"):
+        target = edges
+        e = edges.read_text().split("\n")
+        e[1] = f"0\t{data.draw(st.sampled_from([20, 10**9, -1]))}" if kind == "edge_range" else "0\t1\t2"
+        edges.write_text("\n".join(e))
+    elif kind == "missing":
+        target = data.draw(st.sampled_from([nodes, edges, split]))
+        target.unlink()
+    else:
+        target = split
+        with np.load(split) as z:
+            m = dict(z)
+        key = data.draw(st.sampled_from(sorted(m)))
+        if kind == "split_key":
+            m.pop(key)
+        elif kind == "split_dtype":
+            m[key] = m[key].astype(np.float64) + 0.5
+        else:
+            m[key] = m[key][:-1]
+        np.savez(split, **m)
+    if kind == "missing":     # PyG would download it: offline here, that must fail naming the folder
+        from unittest import mock
+
+        with mock.patch("urllib.request.urlopen", side_effect=OSError("network is unreachable")):
+            expect_refusal(lambda: load_geom_gcn(GeomGcnParams(dataset=name), env(root)), [str(raw.parent)], root,
+                           name)
+        return
+    expect_refusal(lambda: load_geom_gcn(GeomGcnParams(dataset=name), env(root)), [target.name], root,
+                   name if name != "actor" else "actor_pyg", must_fail=not harmless)
+
+
 # --------------------------------------------------------------------------------------- Planetoid
 class _Runs:
     """A pickle that would run a shell command when unpickled."""
@@ -544,7 +615,7 @@ def test_every_file_loader_survives_at_least_200_damaged_inputs(tmp_path):
                           "-k", "damaged or malformed"], cwd=tmp_path, env=env_vars, capture_output=True, text=True)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     seen = {f.stem: len(f.read_text().split()) for f in counts.glob("*.count")}
-    loaders = {"npz", "planetoid", "movielens", "fedgb", "aml_csv", "ratings_dat", "lightgcn", "edge_list",
+    loaders = {"npz", "geom_gcn", "planetoid", "movielens", "fedgb", "aml_csv", "ratings_dat", "lightgcn", "edge_list",
                "tabular_csv"} | ({"ogb"} if HAS_OGB else set())
     assert loaders <= set(seen), sorted(loaders - set(seen))
     assert all(seen[name] >= 200 for name in loaders), seen

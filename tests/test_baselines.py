@@ -134,6 +134,15 @@ def test_gcfl_averages_updates_inside_each_cluster_only(recorded, run_fgx, tiny_
     assert checked >= 2                                    # both halves of a split were checked
 
 
+def test_gcfl_default_warmup_ends_inside_the_run_and_a_longer_one_is_refused(run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=gcfl", "partitioner.num_clients=5", "rounds=3", "algorithm.eps1=100",
+                  "algorithm.eps2=0")                  # default warm-up: rounds // 10 = 0
+    rows = [json.loads(l)["clusters"] for l in (run / "gcfl_clusters.jsonl").read_text().splitlines()]
+    assert len(rows[0]) > 1                            # the forced conditions split in round 1
+    with pytest.raises(SystemExit, match="algorithm.warmup_rounds"):
+        run_fgx(*tiny_cfg, "algorithm=gcfl", "rounds=3", "algorithm.warmup_rounds=3")
+
+
 def test_gcfl_min_cut_separates_opposite_updates():
     from fgx.algorithms.gcfl import min_cut_bipartition
 

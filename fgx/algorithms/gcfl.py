@@ -2,8 +2,8 @@
 FedAvg. Clients train from their cluster's model and send their weight update dW. A cluster is
 bi-partitioned when it looks converged as a whole but not per client: the norm of its mean update is
 below eps1 while its largest client update is above eps2 (and it has more than two clients, after
-`warmup_rounds`). The split is the minimum cut of the clients' pairwise cosine-similarity graph of
-updates; updates are then averaged inside each cluster only. GCFL+ (algorithm=gcfl_plus) splits on
+`warmup_rounds`: the code's 20 of its 200 rounds, so by default a tenth of the run's rounds). The
+split is the minimum cut of the clients' pairwise cosine-similarity graph of updates; updates are then averaged inside each cluster only. GCFL+ (algorithm=gcfl_plus) splits on
 the DTW distances of the clients' sequences of update norms instead.
 
 On the graph task clusters share the message-passing layers only, as the authors' code
@@ -26,7 +26,8 @@ from fgx.registry import ALGORITHMS
 class GCFLParams(FedAvgParams):
     eps1: float = field(default=0.05, metadata=spec(min=0.0, help="split if ||mean update|| < eps1 ..."))
     eps2: float = field(default=0.1, metadata=spec(min=0.0, help="... and max client ||update|| > eps2"))
-    warmup_rounds: int = field(default=20, metadata=spec(min=0, help="no split before this round (GCFL code: 20)"))
+    warmup_rounds: int | None = field(default=None, metadata=spec(
+        min=0, help="no split before this round; null: rounds // 10 (GCFL code: 20 of its 200 rounds)"))
 
 
 def flatten(delta: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -64,11 +65,19 @@ class GCFL(FedAvg):
         if params.client_fraction != 1.0:
             raise ConfigError("algorithm.client_fraction", params.client_fraction,
                               "1.0 for gcfl: clusters are split on every client's update")
+        rounds = validated.top.rounds
+        if params.warmup_rounds is not None and params.warmup_rounds >= rounds:
+            raise ConfigError("algorithm.warmup_rounds", params.warmup_rounds,
+                              f"< rounds ({rounds}): with no round after the warm-up GCFL never uses a split and "
+                              f"is FedAvg (null: rounds // 10)")
 
     def setup(self) -> None:
         super().setup()
         self.clusters: list[list[int]] = [[s.cid for s in self.states]]
         self.cluster_models = [self.global_model]
+        p, rounds = self.params, int(self.ctx.cfg.rounds)
+        self.warmup = rounds // 10 if p.warmup_rounds is None else p.warmup_rounds
+        self.ctx.log.info("gcfl: clusters may split from round %d of %d", max(self.warmup, 1), rounds)
 
     def cluster_of(self, cid: int) -> int:
         return next(i for i, c in enumerate(self.clusters) if cid in c)
@@ -105,7 +114,7 @@ class GCFL(FedAvg):
             mean_norm = float(flat.mean(0).norm())
             max_norm = float(flat.norm(dim=1).max())
             cut = None
-            if r >= p.warmup_rounds and len(members) > 2 and mean_norm < p.eps1 and max_norm > p.eps2:
+            if r >= self.warmup and len(members) > 2 and mean_norm < p.eps1 and max_norm > p.eps2:
                 cut = self.bipartition(members, flat)
             if cut is not None:
                 a, b = cut

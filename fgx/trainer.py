@@ -22,6 +22,8 @@ from omegaconf import DictConfig, OmegaConf
 from fgx.config import ConfigError, Validated, config_fingerprint, default_data_dir, validate
 from fgx.data.base import DataEnv, DataError
 from fgx.data.checks import check_clients, check_graph
+from fgx.diagnostics import Diagnostics
+from fgx.divergence import DivergenceWatch
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.loggers import make_logger
@@ -297,6 +299,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     startup_s = time.time() - started if started is not None and start_round == 1 else None
     local_eval = top.eval_model == "local"
     last, last_ckpt = None, time.time()
+    divergence, diagnostics = DivergenceWatch(), Diagnostics()
     try:
         for r in range(start_round, top.rounds + 1):
             t_round = time.time()
@@ -313,6 +316,9 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
             evaluate = r % top.eval_every == 0 or r == top.rounds
             # a method without a training loss (certified_lr's closed-form solve) prints none
             status = f"loss {stats['loss']:.4f}" if isinstance(stats.get("loss"), (int, float)) else ""
+            if (note := divergence.update(r, stats.get("loss"))) is not None:
+                log.warning(note)
+            diagnostics.update(stats)
             if evaluate:
                 res = evaluator(algo, local=local_eval, complete=r == top.rounds)
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
@@ -380,7 +386,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "peak_rss_mb": peak_rss_mb(),
         "total_bytes": comm["total_bytes"],
         "privacy": {**privacy.headline(), "covers": list(cover.covered),
-                    **({"algorithm_ldp_epsilon": algo_dp["epsilon"]} if algo_dp else {})},
+                    **({"epsilon_algorithm_ldp": algo_dp["epsilon"]} if algo_dp else {})},
         # scalar facts only: long lists (e.g. PNA's degree histogram) stay out of the summary
         "data": {"name": info.name, "source": info.source, "task": info.task,
                  **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None},
@@ -390,6 +396,10 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
         "seed": top.seed,
     })
+    if divergence.event is not None:
+        summary["diverged"] = divergence.event
+    if diagnostics.values:
+        summary["diagnostics"] = diagnostics.summary()
     if unl is not None:
         summary["unlearning"] = unl.get("summary", {k: unl[k] for k in list(unl)[:8] if not isinstance(unl[k], list)})
     rd.write_json("summary.json", summary)

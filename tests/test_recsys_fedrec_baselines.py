@@ -364,7 +364,8 @@ def test_fedpergnn_ldp_noises_every_batch_gradient_at_the_authors_scale(run_fgx,
     rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(r["noise_to_signal"] > 0 for r in rows)
     s = json.loads((run / "summary.json").read_text())
-    assert s["privacy"]["algorithm_ldp_epsilon"] == pytest.approx(priv["epsilon"])
+    assert s["privacy"]["epsilon_algorithm_ldp"] == pytest.approx(priv["epsilon"])
+    assert s["diagnostics"]["noise_to_signal"]["last"] == pytest.approx(rows[-1]["noise_to_signal"])
 
 
 def test_fedpergnn_without_ldp_uploads_only_the_clients_items(run_fgx, watch):

@@ -106,17 +106,21 @@ def f2mf_train(state: FairClient, p: F2MFParams, seed: int) -> float:
     start = state.model.item_emb.weight.detach().clone()
     g = torch.Generator().manual_seed(seed + state.cid)
     term = fairness_term(state, p)
-    extra = None
+    extra, fair = None, []
     if term is not None:
         tr = state.inter.train
         # the fairness term is evaluated on a fresh (user, positive, negative) sample of the batch's users
         def extra(u, uh, vh):
             b = torch.randint(tr.size(1), (len(u),), generator=g)
             j = sample_negatives(state.known, tr[0, b], 1, g)[:, 0]
-            return term(tr[0, b], uh, vh, tr[1, b], j)
+            out = term(tr[0, b], uh, vh, tr[1, b], j)
+            fair.append(float(out.detach()))
+            return out
     loss = bpr_epochs(state.model, state.inter.train, state.known, state.optimizer, p.local_epochs, p.batch_size,
                       p.num_negatives, p.l2, g, bpr_tau=p.bpr_tau, extra_loss=extra)
     state.delta = state.model.item_emb.weight.detach() - start
+    # the fairness term's mean over the batches against the mean batch loss (which includes it)
+    state.reg_share = (sum(fair) / len(fair)) / max(abs(loss), 1e-30) if fair else 0.0
     return loss
 
 
@@ -161,6 +165,11 @@ class F2MF(FedMF):
         mu_a = float(total[0] / max(float(total[1]), 1.0))
         mu_d = float(total[2] / max(float(total[3]), 1.0))
         self.ctx.record("f2mf_fairness", {"mu_advantaged": mu_a, "mu_disadvantaged": mu_d, "gap": mu_a - mu_d})
+        self.gap = mu_a - mu_d
+
+    def round_stats(self) -> dict[str, float]:
+        return {"regulariser_share": float(sum(c.reg_share for c in self.clients) / len(self.clients)),
+                "fairness_gap": self.gap}
 
     def client_metrics(self, client) -> dict[str, dict[str, float]]:
         """FedMF's metrics plus NDCG@K of the advantaged and disadvantaged users (the gap F2MF narrows)."""

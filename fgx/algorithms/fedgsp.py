@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer,
-                                 round_seed, steps_per_round, train_steps)
+                                 round_seed, steps_per_round, train_steps, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -276,7 +276,7 @@ class FedGSP(Algorithm):
         self.pending = personalised_average(uploads, self.w, self.w_k)
         self.record(r, uploads, opt)
         losses = [l for _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(self.w)}
 
     def update_graphs(self, desc: list[dict]) -> None:
         k = self.params.k_principal

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
-                                 round_seed, steps_per_round, train_steps)
+                                 round_seed, steps_per_round, train_steps, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.models.gamlp import cached_on_view, normalized_adjacency
@@ -145,7 +145,9 @@ class FedGTA(Algorithm):
             s.model.load_state_dict(ch.send("personalised_weights", personal, src="server", dst=s.cid, round=r))
         self.ctx.record("fedgta_weights", {"W": W.tolist(), "confidence": conf.tolist()})
         losses = [l for *_, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        accepted = (W > 0).sum(1).double()          # |A_i|: the clients i aggregates with, itself included
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(W),
+                "accepted_set_mean": float(accepted.mean()), "accepted_set_min": float(accepted.min())}
 
     def model_for(self, client):
         return self.states[client.cid].model

@@ -118,6 +118,10 @@ class FedMF(Algorithm):
     def after_round(self, r: int) -> None:
         """Hook after the server step and before the rows go back (records)."""
 
+    def round_stats(self) -> dict[str, float]:
+        """Hook: a subclass's mechanism diagnostics for metrics.jsonl (the regulariser's share of the loss)."""
+        return {}
+
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
         losses = self.train_round(r)
@@ -133,7 +137,7 @@ class FedMF(Algorithm):
         self.held = held
         self.after_round(r)
         self.send_items(r)
-        return {"loss": float(sum(losses) / len(losses))}
+        return {"loss": float(sum(losses) / len(losses)), **self.round_stats()}
 
     def score_model(self, cl: ItemClient):
         return cl.model.scores

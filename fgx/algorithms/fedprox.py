@@ -38,3 +38,15 @@ def prox_client_update(state, global_weights: dict, p: FedProxParams, round_seed
 @ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge", "graph"))
 class FedProx(FedAvg):
     client_fn = staticmethod(prox_client_update)
+
+    def round(self, r: int) -> dict[str, float]:
+        """FedAvg's round; its diagnostic: the proximal term at the end of local training,
+        (μ/2)·‖Δ_i‖² of each received update, mean over clients, against the mean training loss."""
+        stats = super().round(r)
+        _, deltas = self.received
+        names = {n for n, _ in self.global_model.named_parameters()}
+        prox = [0.5 * self.params.mu * sum(float(v.double().pow(2).sum()) for k, v in d.items() if k in names)
+                for d in deltas]
+        if prox and isinstance(stats.get("loss"), float) and stats["loss"] == stats["loss"]:
+            stats["regulariser_share"] = (sum(prox) / len(prox)) / max(abs(stats["loss"]), 1e-30)
+        return stats

@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from fgx.algorithms.base import Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state, \
-    num_train_items, round_seed, steps_per_round
+    num_train_items, round_seed, steps_per_round, weight_spread
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -152,7 +152,7 @@ class FedPub(Algorithm):
                           else thetas[0][k] for k in thetas[0]} for i in range(len(thetas))]
         self.ctx.record("fedpub_weights", {"W": W.tolist()})
         losses = [l for _, _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(W)}
 
     def model_for(self, client):
         """The client's masked model (as it trained; the next personalised weights come next round)."""

@@ -27,7 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm, round_seed, weight_spread
 from fgx.algorithms.fedpub import FedPub, similarity_weights
 from fgx.recsys.graph_clients import (GraphClient, build_graph_clients, make_optimizer, ranking_split_metrics,
                                       require_graph_model)
@@ -138,7 +138,7 @@ class FedPubRanking(Algorithm):
         self.personal = [{k: sum(W[i, j] * thetas[j][k] for j in range(len(thetas))) for k in thetas[0]}
                          for i in range(len(thetas))]
         self.ctx.record("fedpub_weights", {"W": W.tolist()})
-        return {"loss": float(np.mean([l for _, _, l in results]))}
+        return {"loss": float(np.mean([l for _, _, l in results])), **weight_spread(W)}
 
     def client_metrics(self, client) -> dict[str, dict[str, float]]:
         cl = self.clients[client.cid]

@@ -92,13 +92,19 @@ def weights_at(p: FedRAPParams, r: int) -> tuple[float, float]:
     return s * p.lambda_, s * p.mu
 
 
-def fedrap_loss(model: FedRAPModel, u, i, j, lam: float, mu: float) -> torch.Tensor:
+def fedrap_terms(model: FedRAPModel, u, i, j, lam: float, mu: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(BCE over positives and negatives, the regulariser −λ·MSE(D, C) + μ·mean|C| on the batch's rows)."""
     pos, neg = model.logits(u, i), model.logits(u[:, None].expand_as(j), j)
     logits = torch.cat([pos, neg.reshape(-1)])
     labels = torch.cat([torch.ones_like(pos), torch.zeros(neg.numel())])
     items = torch.cat([i, j.reshape(-1)])
     d, c = model.item_personal(items), model.item_emb(items)
-    return F.binary_cross_entropy_with_logits(logits, labels) - lam * F.mse_loss(d, c) + mu * c.abs().mean()
+    return F.binary_cross_entropy_with_logits(logits, labels), -lam * F.mse_loss(d, c) + mu * c.abs().mean()
+
+
+def fedrap_loss(model: FedRAPModel, u, i, j, lam: float, mu: float) -> torch.Tensor:
+    bce, reg = fedrap_terms(model, u, i, j, lam, mu)
+    return bce + reg
 
 
 def fedrap_train(state: ItemClient, p: FedRAPParams, seed: int, r: int) -> float:
@@ -111,12 +117,15 @@ def fedrap_train(state: ItemClient, p: FedRAPParams, seed: int, r: int) -> float
         group["lr"] = base_lr
     decay = torch.optim.lr_scheduler.ExponentialLR(state.optimizer, gamma=p.step_decay)
     model.train()
-    total, steps = 0.0, 0
+    total, steps, reg_abs, all_abs = 0.0, 0, 0.0, 0.0
     for _ in range(p.local_epochs):
         perm = torch.randperm(tr.size(1), generator=g)
         neg_all = sample_negatives(state.known, tr[0], p.num_negatives, g)
         for b in torch.split(perm, p.batch_size):
-            loss = fedrap_loss(model, tr[0, b], tr[1, b], neg_all[b], lam, mu)
+            bce, reg = fedrap_terms(model, tr[0, b], tr[1, b], neg_all[b], lam, mu)
+            loss = bce + reg
+            r_, b_ = abs(float(reg.detach())), abs(float(bce.detach()))
+            reg_abs, all_abs = reg_abs + r_, all_abs + b_ + r_
             state.optimizer.zero_grad()
             loss.backward()
             state.optimizer.step()
@@ -124,6 +133,7 @@ def fedrap_train(state: ItemClient, p: FedRAPParams, seed: int, r: int) -> float
             total += float(loss.detach())
             steps += 1
     state.delta = model.item_emb.weight.detach() - start
+    state.reg_share = reg_abs / max(all_abs, 1e-30)     # |−λ·MSE(D, C) + μ·mean|C|| over |BCE| + that
     return total / max(steps, 1)
 
 
@@ -144,6 +154,9 @@ class FedRAP(FedMF):
 
     def train_round(self, r: int) -> list[float]:
         return self.ctx.executor.map(fedrap_train, self.clients, self.params, self.round_seed(r), r)
+
+    def round_stats(self) -> dict[str, float]:
+        return {"regulariser_share": float(sum(c.reg_share for c in self.clients) / len(self.clients))}
 
     def after_round(self, r: int) -> None:
         c = self.items[self.held]

@@ -70,6 +70,23 @@ class PrivacyMechanism:
         pass
 
 
+class NoiseMeter:
+    """The noise-to-signal diagnostic of a mechanism: ‖noise‖ / ‖what it was added to‖ over a round's
+    releases (squared norms summed, then the ratio), returned by ``on_round_end`` to metrics.jsonl."""
+
+    def __init__(self):
+        self.signal_sq, self.noise_sq = 0.0, 0.0
+
+    def add(self, signal, noise) -> None:
+        self.signal_sq += float(signal.double().pow(2).sum())
+        self.noise_sq += float(noise.double().pow(2).sum())
+
+    def take(self) -> dict[str, float]:
+        out = {"noise_to_signal": (self.noise_sq / max(self.signal_sq, 1e-300)) ** 0.5} if self.noise_sq else {}
+        self.signal_sq, self.noise_sq = 0.0, 0.0
+        return out
+
+
 CLIENT_DIRECTIONS = ("up", "peer", "any")
 
 

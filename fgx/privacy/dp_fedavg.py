@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.config import ConfigError, spec
-from fgx.privacy.base import PrivacyMechanism, PrivacyParams
+from fgx.privacy.base import NoiseMeter, PrivacyMechanism, PrivacyParams
 from fgx.privacy.clipping import clip_by_global_norm
 from fgx.registry import PRIVACY
 
@@ -57,6 +57,7 @@ class DPFedAvg(PrivacyMechanism):
         self.gen = torch.Generator()
         self.rounds: list[tuple[float, int]] = []     # (sampling rate, number of rounds at that rate)
         self.eps = 0.0
+        self.meter = NoiseMeter()
 
     def bind(self, ctx) -> None:
         super().bind(ctx)
@@ -75,8 +76,15 @@ class DPFedAvg(PrivacyMechanism):
         denom = self.q * len(self.ctx.clients)          # expected number of clients per round
         scale = num_contributors / denom                # mean over m -> sum / (qN)
         std = self.params.noise_multiplier * self.params.clip / denom
-        return {k: v * scale + torch.randn(v.shape, generator=self.gen, dtype=v.dtype).to(v.device) * std
-                if v.is_floating_point() else v for k, v in payload.items()}
+        out = {}
+        for k, v in payload.items():
+            if not v.is_floating_point():
+                out[k] = v
+                continue
+            noise = torch.randn(v.shape, generator=self.gen, dtype=v.dtype).to(v.device) * std
+            self.meter.add(v * scale, noise)
+            out[k] = v * scale + noise
+        return out
 
     def epsilon(self, rounds: int) -> float:
         import dp_accounting
@@ -94,7 +102,7 @@ class DPFedAvg(PrivacyMechanism):
     def on_round_end(self, round: int) -> dict:
         self.eps = self.epsilon(round)
         self.last_round = round
-        return {"epsilon": self.eps}
+        return {"epsilon": self.eps, **self.meter.take()}
 
     def report(self) -> dict:
         return {"mechanism": "dp_fedavg", "params": {"noise_multiplier": self.params.noise_multiplier,

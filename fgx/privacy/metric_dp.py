@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fgx.config import ConfigError, spec
-from fgx.privacy.base import PrivacyMechanism, PrivacyParams
+from fgx.privacy.base import NoiseMeter, PrivacyMechanism, PrivacyParams
 from fgx.privacy.clipping import clip_by_global_norm
 from fgx.registry import PRIVACY
 
@@ -76,6 +76,7 @@ class MetricDP(PrivacyMechanism):
         self.last_released: dict[int, torch.Tensor] = {}
         self.final_embeddings: torch.Tensor | None = None
         self.gen = torch.Generator()
+        self.meter = NoiseMeter()
 
     def bind(self, ctx) -> None:
         super().bind(ctx)
@@ -96,7 +97,9 @@ class MetricDP(PrivacyMechanism):
             for gid, v in zip(payload["ids"].tolist(), vals):
                 self.releases[gid] += 1
                 self.last_released[gid] = v.detach().cpu()
-            return {**payload, "values": vals + self._noise(vals, p.sigma0)}
+            noise = self._noise(vals, p.sigma0)
+            self.meter.add(vals, noise)
+            return {**payload, "values": vals + noise}
         if kind == "update" and p.clip_model is not None:
             return clip_by_global_norm(payload, p.clip_model)
         if kind == "grad_estimator" and p.clip_grad_estimator is not None:
@@ -107,7 +110,16 @@ class MetricDP(PrivacyMechanism):
         std = {"update": self.params.sigma1, "grad_estimator": self.params.sigma2}.get(kind, 0.0)
         if std == 0.0:
             return payload
-        return {k: v + self._noise(v, std) if v.is_floating_point() else v for k, v in payload.items()}
+        out = {}
+        for k, v in payload.items():
+            noise = self._noise(v, std) if v.is_floating_point() else None
+            if noise is not None:
+                self.meter.add(v, noise)
+            out[k] = v + noise if noise is not None else v
+        return out
+
+    def on_round_end(self, round: int) -> dict[str, float]:
+        return self.meter.take()
 
     def finish(self, algo) -> None:
         """After the last round: the embeddings ρ_q is measured over (all nodes, final global model)."""

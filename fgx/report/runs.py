@@ -165,6 +165,9 @@ def metric_values(summary: dict) -> dict[str, float]:
     for k, v in (summary.get("privacy") or {}).items():
         if k.startswith("epsilon") and isinstance(v, (int, float)):
             out[k] = float(v)
+    for k, v in (summary.get("diagnostics") or {}).items():   # mechanism diagnostics: last round's value
+        if isinstance(v, dict) and isinstance(v.get("last"), (int, float)):
+            out[k] = float(v["last"])
     for k, v in (summary.get("unlearning") or {}).items():   # certified unlearning: after the requests
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             out[f"unlearning_{k}"] = float(v)

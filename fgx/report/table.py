@@ -4,6 +4,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
+from fgx.diagnostics import MECHANISM_DIAGNOSTICS
 from fgx.report.runs import ReportError, Run, frame, varying_keys
 
 EXTRA_COLUMNS = ("epsilon", "MB", "wall_s")   # shown when present (epsilon* matches any percentile)
@@ -40,7 +41,8 @@ def build_report(runs: list[Run], by: list[str] | None = None, metrics: list[str
         if missing:
             known = sorted(c for c in df.columns if c not in (*by, "seed", "run"))
             raise ReportError(f"metric {missing[0]!r} is in no completed run; available: {known}")
-        extras = [c for c in df.columns if c not in metrics and (c in EXTRA_COLUMNS or c.startswith("epsilon"))]
+        extras = [c for c in df.columns if c not in metrics and (c in EXTRA_COLUMNS or c.startswith("epsilon")
+                                                                 or c in MECHANISM_DIAGNOSTICS)]
         cols = metrics + extras
         g = df.groupby(by, sort=False, dropna=False)
         table = g.size().rename("n").to_frame()
@@ -67,7 +69,8 @@ def build_report(runs: list[Run], by: list[str] | None = None, metrics: list[str
 def _fmt(mean: float, std: float, n: int, column: str) -> str:
     if mean != mean:
         return "-"
-    spec = ".1f" if column == "wall_s" else ".3g" if column == "MB" or column.startswith("epsilon") else ".4f"
+    wide = column in ("MB", "noise_to_signal") or column.startswith("epsilon")
+    spec = ".1f" if column == "wall_s" else ".3g" if wide else ".4f"
     if n < 2 or std != std:
         return format(mean, spec)
     return f"{format(mean, spec)} ± {format(std, spec)}"

@@ -34,15 +34,16 @@ def main() -> None:
 
     logging.disable(logging.INFO)
     rows = [(case, "correct", None, []) for case in CASES] + [(c, f"broken: {lab}", p, e) for c, lab, p, e in BREAKS]
-    print("| audit | implementation | canaries | claimed ε (δ) | correct / guesses | audited ε lower bound (95%) | verdict |")
-    print("|---|---|---:|---:|---:|---:|---|")
+    print("| audit | implementation | canaries | claimed ε (δ) | best score | correct / guesses | "
+          "audited ε lower bound (95%) | verdict |")
+    print("|---|---|---:|---:|---|---:|---:|---|")
     with tempfile.TemporaryDirectory() as tmp:
         for i, (case, label, patch, extra) in enumerate(rows):
             a = run(case, extra, patch, Path(tmp) / f"r{i}")
             c = a["claimed"]
             verdict = "below the claim" if a["below_claim"] else "**above the claim**"
             print(f"| {case} | {label} | {a['canaries']} | {c['epsilon']:.3f} ({c['delta']:g}) | "
-                  f"{a['correct']} / {a['guesses']} | {a['epsilon_lb']:.3f} | {verdict} |", flush=True)
+                  f"{a['score']} | {a['correct']} / {a['guesses']} | {a['epsilon_lb']:.3f} | {verdict} |", flush=True)
 
 
 if __name__ == "__main__":

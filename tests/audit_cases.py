@@ -59,6 +59,20 @@ def gossip_noise_off(mp):
     mp.setattr(GossipNoise, "step", lambda self, t: torch.zeros(self.n, self.dim))
 
 
+def gossip_noise_reused(mp):
+    """One draw z reused at every step: AntiPGD's noise z_t - z_{t-1} then cancels after the first step,
+    DP-D-SGD's stays the same vector."""
+    import torch
+
+    from fgx.privacy.mf.noise import GossipNoise
+
+    def reused(self, t):
+        while self.drawn <= t:
+            self.z[self.drawn] = self.z[0] if self.drawn else torch.randn((self.n, self.dim), generator=self.gen) * self.std
+            self.drawn += 1
+    mp.setattr(GossipNoise, "_draw", reused)
+
+
 def fedpergnn_noise_off(mp):
     from fgx.algorithms import fedpergnn
 
@@ -93,6 +107,8 @@ BREAKS = [
     ("metric_dp", "normalisation off", None, ["privacy.embedding_norm=clip", "privacy.clip_embedding=100"]),
     ("mf_gdp_ldp", "noise off", gossip_noise_off, []),
     ("mf_gdp_pndp", "noise off", gossip_noise_off, []),
+    ("mf_gdp_ldp", "one noise draw reused", gossip_noise_reused, []),
+    ("mf_gdp_pndp", "one noise draw reused", gossip_noise_reused, []),
     ("fedpergnn", "noise off", fedpergnn_noise_off, []),
     ("fedpergnn", "clipping off", fedpergnn_clipping_off, []),
 ]

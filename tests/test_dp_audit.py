@@ -40,6 +40,16 @@ def test_lower_bound_rejects_exactly_the_epsilons_below_it():
     assert epsilon_lower_bound(1000, 200, 100, 1e-5, 0.05) == 0.0          # chance accuracy: nothing rejected
 
 
+def test_several_attacks_share_the_confidence():
+    rng = np.random.default_rng(1)
+    s = rng.random(500) < 0.5
+    sc = s + rng.normal(size=500)
+    one = audit(sc, s, 1e-5, 0.95)
+    two = audit({"a": sc, "b": sc}, s, 1e-5, 0.95)
+    assert len(two["tried"]) == 2 * len(one["tried"]) and two["score"] == "a"
+    assert two["epsilon_lb"] < one["epsilon_lb"]          # the same guesses, tested at half the level
+
+
 def test_randomised_response_at_epsilon_is_not_audited_above_it():
     """ε-DP randomised response on every canary (the tightest ε-DP mechanism): at 95% confidence the
     audit may exceed ε in at most about 5% of runs, and with ε large it finds a bound near ε."""

@@ -59,8 +59,11 @@ def audit(args) -> int:
         print(json.dumps(res, indent=2))
     else:
         c = res["claimed"]
-        print(f"audit: {res['canaries']} canaries ({res['included']} included), best of {len(res['tried'])} guess "
-              f"counts: {res['correct']} of {res['guesses']} guesses correct")
+        attacks = len({t["score"] for t in res["tried"]})
+        tried = f"{len(res['tried'])} guess counts" + (f" over {attacks} scores (best: {res['score']})" if attacks > 1
+                                                         else "")
+        print(f"audit: {res['canaries']} canaries ({res['included']} included), best of {tried}: "
+              f"{res['correct']} of {res['guesses']} guesses correct")
         print(f"claimed ε {c['epsilon']:.4g} (δ {c['delta']:g}; {c['what']})")
         verdict = "below the claim" if res["below_claim"] else "ABOVE the claim: the run releases more than it claims"
         print(f"audited lower bound ε ≥ {res['epsilon_lb']:.4g} at {res['confidence']:.0%} confidence: {verdict}")

@@ -86,6 +86,7 @@ class Canaries:
     """m canaries, a random half included (``included``); ``scores`` grow during the run (higher:
     more likely included). Subclasses insert the canaries and say what they claim."""
     attack = ""
+    score_name = "projection sum"      # what ``scores`` is, when it is one array
 
     def __init__(self, p: AuditParams, run_seed: int):
         self.p = p
@@ -103,7 +104,8 @@ class Canaries:
         from fgx.privacy.audit.bound import audit
 
         claim = self.claim()
-        res = audit(self.scores, self.included, claim["delta"], self.p.confidence)
+        scores = self.scores if isinstance(self.scores, dict) else {self.score_name: self.scores}
+        res = audit(scores, self.included, claim["delta"], self.p.confidence)
         eps = claim["epsilon"]
         holds = None if eps is None else bool(res["epsilon_lb"] <= eps)
         return {"claimed": claim, **res, "below_claim": holds, "attack": self.attack,

@@ -50,24 +50,28 @@ def epsilon_lower_bound(m: int, r: int, v: int, delta: float, beta: float) -> fl
     return float(brentq(lambda e: p_value(m, r, v, e, delta) - beta, 0.0, hi, xtol=1e-6))
 
 
-def audit(scores: np.ndarray, included: np.ndarray, delta: float, confidence: float) -> dict:
-    """Guess from ``scores`` (higher: more likely included) for each guess count of GUESS_FRACTIONS
-    and return the best bound at the stated confidence, with its guesses."""
-    scores = np.asarray(scores, dtype=float)
+def audit(scores, included: np.ndarray, delta: float, confidence: float) -> dict:
+    """Guess from ``scores`` (higher: more likely included; one array, or several attacks' arrays by
+    name) for each guess count of GUESS_FRACTIONS and return the best bound at the stated confidence,
+    which is split over every (attack, guess count) tried."""
+    named = scores if isinstance(scores, dict) else {"score": scores}
     included = np.asarray(included, dtype=bool)
-    m = len(scores)
-    if m < 2 or len(included) != m:
-        raise ValueError(f"need at least 2 canaries with one inclusion bit each, got {m} scores, {len(included)} bits")
-    order = np.argsort(scores, kind="stable")            # ascending: the first ones guessed excluded
-    beta = (1.0 - confidence) / len(GUESS_FRACTIONS)
+    m = len(included)
+    if m < 2 or any(len(s) != m for s in named.values()):
+        raise ValueError(f"need at least 2 canaries with one score per attack each, got {m} inclusion bits and "
+                         f"{[len(s) for s in named.values()]} scores")
+    beta = (1.0 - confidence) / (len(GUESS_FRACTIONS) * len(named))
     tried = []
-    for frac in GUESS_FRACTIONS:
-        half = max(1, int(frac * m) // 2)
-        neg, pos = order[:half], order[m - half:]
-        r = 2 * half
-        v = int(included[pos].sum() + (~included[neg]).sum())
-        tried.append({"guesses": r, "correct": v, "epsilon_lb": epsilon_lower_bound(m, r, v, delta, beta)})
+    for name, sc in named.items():
+        order = np.argsort(np.asarray(sc, dtype=float), kind="stable")   # ascending: the first guessed excluded
+        for frac in GUESS_FRACTIONS:
+            half = max(1, int(frac * m) // 2)
+            neg, pos = order[:half], order[m - half:]
+            r = 2 * half
+            v = int(included[pos].sum() + (~included[neg]).sum())
+            tried.append({"score": name, "guesses": r, "correct": v,
+                          "epsilon_lb": epsilon_lower_bound(m, r, v, delta, beta)})
     best = max(tried, key=lambda t: (t["epsilon_lb"], t["correct"] / t["guesses"]))
     return {"canaries": m, "included": int(included.sum()), "confidence": confidence, "delta": delta,
-            "guesses": best["guesses"], "correct": best["correct"], "epsilon_lb": best["epsilon_lb"],
-            "tried": tried}
+            "score": best["score"], "guesses": best["guesses"], "correct": best["correct"],
+            "epsilon_lb": best["epsilon_lb"], "tried": tried}

@@ -18,6 +18,7 @@ class Audit(Canaries):
     attack = ("canary gradient coordinates of client 0 (+-scale*clip) released through its BatchLDP with every "
               "batch gradient; score = sum of the noisy releases")
     victim = 0
+    score_name = "sum of noisy releases"
 
     def __init__(self, mech, algo, ctx, p):
         super().__init__(p, ctx.seed)

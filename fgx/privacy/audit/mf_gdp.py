@@ -6,7 +6,9 @@ to the node's batch mean) to the half-step u sends, before the mechanism's noise
 knows every other record (the DP adversary), hence the victim's model and batch gradient, and
 recovers noise + canaries from u's messages; it whitens them over time with the run's
 correlation C (the noise of u is C^{-1}z, z white) and scores a canary by the matched filter
-⟨C·r, C·p_i⟩ of its projection r on c_i against its participation pattern p_i.
+⟨C·r, C·p_i⟩ of its projection r on c_i against its participation pattern p_i; a second score
+uses C·p_i less its mean over time, blind to noise that stays constant over the steps (one draw
+reused), and the confidence is split over both.
 
 Under LDP every message is public and every node is a victim. Under PNDP / SecLDP the attacker is a
 node of privacy.attackers; it knows the victim's model only when the victim's one neighbour is that
@@ -96,7 +98,10 @@ class Audit(Canaries):
         pattern = (np.arange(self.steps)[:, None] % self.b == self.batch[None, :]).astype(float)
         white = solve_triangular(mixer, self.proj, lower=True)     # C r: white noise + C p_i per included canary
         template = solve_triangular(mixer, pattern, lower=True)
-        self.scores = (white * template).sum(0)
+        # a second attack, for noise that repeats over steps (one draw reused): the template with its mean
+        # over time removed ignores any step-constant part of the whitened residual
+        steady = template - template.mean(0, keepdims=True)
+        self.scores = {"matched filter": (white * template).sum(0), "step-constant noise removed": (white * steady).sum(0)}
         return super().report()
 
     def claim(self) -> dict:

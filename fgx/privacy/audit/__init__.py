@@ -96,6 +96,13 @@ class Canaries:
         self.gen = torch.Generator().manual_seed(int(self.rng.integers(2 ** 62)))
         self.scores = np.zeros(self.m)
 
+    def intercept(self, mech, hook: str):
+        """Route the mechanism's ``hook`` ("release" or "aggregate") through this audit's method of the
+        same name, which inserts the canaries; returns the mechanism's own."""
+        own = getattr(mech, hook)
+        setattr(mech, hook, getattr(self, hook))
+        return own
+
     def claim(self) -> dict:
         """{"epsilon": ε the mechanism claims for each canary, "delta": δ, ...}."""
         raise NotImplementedError

@@ -21,8 +21,7 @@ class Audit(Canaries):
         super().__init__(p, ctx.seed)
         self.mech, self.kind = mech, mech.params.update_kind
         self.q = mech.q
-        self._aggregate = mech.aggregate
-        mech.aggregate = self.aggregate          # the canaries join every aggregate of the updates
+        self._aggregate = self.intercept(mech, "aggregate")      # the canaries join every aggregate of the updates
         self.dirs = None
         self.rounds = 0
 

@@ -24,8 +24,7 @@ class Audit(Canaries):
     def __init__(self, mech, algo, ctx, p):
         super().__init__(p, ctx.seed)
         self.mech, self.kind = mech, mech.params.embedding_kind
-        self._release = mech.release
-        mech.release = self.release
+        self._release = self.intercept(mech, "release")
         self.releases, self.last_round = 0, None
         self.rows = None
 

@@ -77,8 +77,7 @@ class Audit(Canaries):
             mine = np.nonzero(self.owner == u)[0]
             self.dirs[mine] = directions(len(mine), self.dim, self.gen)
         self.proj = np.zeros((self.steps, self.m))        # step t: noise + canaries of the owner on c_i
-        self._release = mech.release
-        mech.release = self.release
+        self._release = self.intercept(mech, "release")
 
     def release(self, kind, payload, src, round):
         if kind != "model" or int(src) not in self.victims:

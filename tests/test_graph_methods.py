@@ -136,3 +136,73 @@ def test_fedstar_structural_encoding_is_the_authors():
             P = P @ M
             assert torch.allclose(enc[nodes, k], P.diagonal(), atol=1e-6)
     assert enc[:, 3:].tolist() == [[1, 0], [0, 1], [1, 0], [0, 1], [0, 1], [0, 1]]
+
+
+SSP = [*GROUPS, "model.hidden=8", "model.heads=2", "model.layers=1"]
+
+
+def test_fedssp_graph_shares_the_spectral_encoders_only(run_fgx, monkeypatch, recorded):
+    """Generic spectral knowledge: the eigenvalue and filter encoders are averaged and identical on every
+    client; the transformer, filter decoder, convolutions, input layer, head and preference are each
+    client's own. Nothing else is sent but the representation means and their consensus."""
+    from fgx.algorithms.fedssp_graph import FedSSPGraph
+
+    seen = grab(monkeypatch, FedSSPGraph)
+    run_fgx("algorithm=fedssp_graph", *SSP, "rounds=2", "eval_every=2")
+    kinds = {}
+    for kind, payload, *_ in recorded["sent"]:
+        kinds.setdefault(kind, payload)
+    assert set(kinds) == {"global_weights", "update", "consensus", "global_consensus"}
+    assert set(kinds["update"]) == set(kinds["global_weights"])
+    assert kinds["update"] and all(k.startswith(("eig_encoder.", "filter_encoder.")) for k in kinds["update"])
+    assert not any("running" in k for k in kinds["update"])             # BN statistics stay local
+    algo = seen["algo"]
+    models = [algo.model_for(c).state_dict() for c in recorded["clients"]]
+    for k in kinds["update"]:
+        assert all(torch.equal(m[k], models[0][k]) for m in models), k
+    for k in ("atom.0.weight", "mha.in_proj_weight", "decoder.weight", "convs.0.pre_ffn.0.weight",
+              "classifier.weight", "preference"):
+        assert len({m[k].sum().item() for m in models}) == len(models), k
+
+
+def test_fedssp_graph_preference_pulls_client_means_to_the_consensus(run_fgx):
+    """Personalised preference: with the consensus term the clients' representation means gather around
+    the global consensus; without it (tau 0) they stay apart."""
+    spread = {}
+    for tau in (0.0, 1000.0):
+        rd = run_fgx("algorithm=fedssp_graph", *SSP, "rounds=6", "eval_every=6", f"algorithm.tau_weight={tau}")
+        spread[tau] = [r for r in rows(rd / "metrics.jsonl") if r["split"] == "test"][-1]["consensus_spread"]
+    assert spread[1000.0] < 0.5 * spread[0.0]
+
+
+def test_ssp_edge_bases_are_spectral_filters():
+    """Each head's basis on edge (i, j) is (U diag(f_h(λ)) U^T)_ij over that edge's graph only."""
+    from torch_geometric.data import Data
+
+    from fgx.models.ssp import SSP as Model, SSPParams, spectral_cache
+
+    ei = torch.tensor([[0, 1, 1, 2, 3, 4, 4, 5, 5, 3, 2, 0], [1, 0, 2, 1, 4, 3, 5, 4, 3, 5, 0, 2]])
+    view = Data(x=torch.randn(6, 3), edge_index=ei, num_nodes=6, graph=torch.tensor([0, 0, 0, 1, 1, 1]),
+                graph_y=torch.tensor([0, 1]))
+    view.spectral = spectral_cache(view)
+    m = Model(SSPParams(hidden=8, heads=2, layers=1), 3, 2).eval()
+    f = m.filters(view.spectral)                                         # [6 eigenvalues, 2 heads]
+    seen = {}
+
+    def grab_input(module, args):
+        seen["bases"] = args[0]
+
+    m.filter_encoder.register_forward_pre_hook(grab_input)
+    m(view)
+    for lo in (0, 3):
+        A = torch.zeros(3, 3)
+        for s, d in ei.t().tolist():
+            if lo <= s < lo + 3:
+                A[s - lo, d - lo] = 1
+        lam, U = torch.linalg.eigh(torch.diag(A.sum(1)) - A)
+        assert torch.allclose(view.spectral["eig"][lo:lo + 3], lam)
+        for h in range(2):
+            F = U @ torch.diag(f[lo:lo + 3, h]) @ U.T
+            for e, (s, d) in enumerate(ei.t().tolist()):
+                if lo <= s < lo + 3:
+                    assert torch.allclose(seen["bases"][e, 1 + h], F[s - lo, d - lo], atol=1e-5)

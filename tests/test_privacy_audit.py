@@ -35,6 +35,7 @@ ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=ligh
                                  "fedgcn": ["dataset.features_public=true"],   # its feature sums are raw (node task)
                                  "fedgsp": ["model=unifilter"],
                                  "fedstar": ["model=gin_dc", "model.hidden=8"],   # its two-channel GIN
+                                 "fedssp_graph": ["model=ssp", "model.hidden=8", "model.heads=2"],   # its spectral model
                                  "fedgta": ["model=gamlp", "model.hidden=8"],      # their own backbones
                                  "fediih": ["model=disengcn"],
                                  "fedsage_plus": ["model=sage", "algorithm.local_gen_epochs=2",   # GraphSAGE;

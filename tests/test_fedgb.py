@@ -9,7 +9,7 @@ import os
 import pytest
 import torch
 
-from fedgb_folder import make_fedgb, write_sums
+from fedgb_folder import make_fedgb, make_fedgb_export, release_archive, write_sums
 from fgx.data.base import DataError
 
 
@@ -109,3 +109,81 @@ def test_given_partitioner_needs_a_dataset_with_clients(tmp_path, monkeypatch):
         main(["run", "dataset=csbm", "partitioner=given"])
     with pytest.raises(SystemExit, match="dataset.variant=''"):
         main(["run", "dataset=fedgb", "algorithm=fedavg"])
+
+
+def test_a_folder_written_by_fedgbs_exporter_runs_with_its_dict_global_map(run_fgx, tmp_path):
+    """FedGB's exporter writes global_map as a dict {local: global} (and no feature_dim/num_classes in
+    the manifest); FedGB's own loader reads it, and so must fgx."""
+    import logging
+
+    from fgx.data.base import DataEnv
+    from fgx.data.fedgb import FedGBParams, load_fedgb, load_pt
+
+    folder = make_fedgb_export(tmp_path / "fedgb")
+    client = load_pt(folder / "distrib" / "subgraph_fl_louvain_1_ACM_client_3" / "data_1.pt")
+    assert isinstance(client.global_map, dict) and client.num_global_classes == 3
+    ds = load_fedgb(FedGBParams(variant="EICU-Hom", root=str(tmp_path / "fedgb")),
+                    DataEnv(tmp_path, 0, logging.getLogger("t")))
+    assert ds.info.num_classes == 3 and ds.info.extra["nodes_in_several_clients"] == 0
+    assert ds.data.num_nodes == 90 and ds.data.client.tolist() == [0] * 30 + [1] * 30 + [2] * 30
+    assert torch.equal(ds.data.x[30:60], client.x) and torch.equal(ds.data.y[30:60], client.y)
+    run = run_fgx("dataset=fedgb", "dataset.variant=EICU-Hom", f"dataset.root={tmp_path / 'fedgb'}",
+                  "algorithm=fedavg", "rounds=2", "model.hidden=8")
+    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_global_map_is_read_as_fedgbs_loader_reads_it(tmp_path):
+    from fgx.data.fedgb import global_map_tensor
+
+    p = tmp_path / "data_0.pt"
+    assert global_map_tensor(p, {0: 17, 1: 5, 2: 40}, 3).tolist() == [17, 5, 40]          # {local: global}
+    assert global_map_tensor(p, {17: 2, 5: 0, 40: 1}, 3).tolist() == [5, 40, 17]          # {global: local}
+    assert global_map_tensor(p, [4, 9, 1], 3).tolist() == [4, 9, 1]
+    assert global_map_tensor(p, torch.tensor([4, 9, 1]), 3).tolist() == [4, 9, 1]
+    for bad, message in (({0: 1, 1: 7}, "one entry per local node"), ({0: "a", 1: 2, 2: 3}, "integers to integers"),
+                         ("x", "a tensor, a list or a dict")):
+        with pytest.raises(DataError, match=message):
+            global_map_tensor(p, bad, 3)
+
+
+def test_two_clients_holding_one_global_node_are_counted(tmp_path):
+    import logging
+
+    from fgx.data.base import DataEnv
+    from fgx.data.fedgb import FedGBParams, load_fedgb, load_pt
+
+    folder = make_fedgb_export(tmp_path)
+    path = folder / "distrib" / "subgraph_fl_louvain_1_ACM_client_3" / "data_2.pt"
+    d = load_pt(path)
+    other = load_pt(path.with_name("data_0.pt")).global_map
+    d.global_map = {**d.global_map, 0: other[0], 1: other[1]}     # two stays also in client 0
+    torch.save(d, path)
+    ds = load_fedgb(FedGBParams(variant="EICU-Hom", root=str(tmp_path)), DataEnv(tmp_path, 0, logging.getLogger("t")))
+    assert ds.info.extra["nodes_in_several_clients"] == 2
+
+
+def test_the_release_archive_is_verified_then_extracted(tmp_path):
+    """FedGB's SHA256SUMS covers the archive: with dataset.archive fgx checks it, and extracts the
+    release into root (the `datasets/` folder inside the archive unwrapped) only when it matches."""
+    import logging
+
+    from fgx.data.base import DataEnv
+    from fgx.data.fedgb import FedGBParams, load_fedgb
+
+    pytest.importorskip("zstandard")
+    make_fedgb_export(tmp_path / "src")
+    archive = release_archive(tmp_path / "src", tmp_path / "download")
+    env = DataEnv(tmp_path, 0, logging.getLogger("t"))
+    good = archive.read_bytes()
+    archive.write_bytes(good[:-7] + bytes(b ^ 1 for b in good[-7:]))
+    root = tmp_path / "fedgb"
+    with pytest.raises(DataError, match="FedGB-datasets-v1.0.0.tar.zst: SHA-256 does not match"):
+        load_fedgb(FedGBParams(variant="EICU-Hom", root=str(root), archive=str(archive)), env)
+    assert not root.exists() or not [p for p in root.iterdir() if not p.name.endswith(".lock")]
+    archive.write_bytes(good)
+    ds = load_fedgb(FedGBParams(variant="EICU-Hom", root=str(root), archive=str(archive)), env)
+    assert ds.data.num_nodes == 90 and (root / "EICU-Hom" / "fedgb_manifest.json").is_file()
+    assert not list(root.glob(".fedgb.tmp-*"))
+    (archive.parent / "SHA256SUMS").unlink()
+    with pytest.raises(DataError, match="SHA256SUMS: missing"):
+        load_fedgb(FedGBParams(variant="EICU-Hom", root=str(root), archive=str(archive)), env)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -37,6 +38,9 @@ class FedGBParams:
         help="folder holding the extracted FedGB datasets (<root>/<variant>/fedgb_manifest.json); "
              "null: <data_dir>/fedgb"))
     verify_checksums: bool = field(default=True, metadata=spec(help="check SHA256SUMS when present"))
+    archive: str | None = field(default=None, metadata=spec(
+        help="the release archive (FedGB-datasets-v1.0.0.tar.zst): its SHA-256 is checked against the "
+             "SHA256SUMS beside it, and it is extracted into root when the variant folder is missing"))
 
 
 def load_pt(path: Path):
@@ -88,6 +92,72 @@ def verify_sums(sums: Path, strict: bool) -> int:
     return checked
 
 
+def verify_archive(archive: Path) -> None:
+    """The release archive against the ``SHA256SUMS`` published beside it (FedGB's checksums cover the
+    archive, not the files inside it)."""
+    sums = archive.parent / "SHA256SUMS"
+    if not archive.is_file():
+        raise DataError(f"dataset.archive: {archive} is not a file")
+    if not sums.is_file():
+        raise DataError(f"{sums}: missing; put FedGB's SHA256SUMS beside the archive to verify it "
+                        f"(or dataset.verify_checksums=false)")
+    try:
+        lines = sums.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as e:
+        raise DataError(f"{sums}: unreadable ({type(e).__name__})") from None
+    listed = {ln.split(None, 1)[1].lstrip("*").strip(): ln.split(None, 1)[0].lower()
+              for ln in lines if len(ln.split(None, 1)) == 2}
+    if archive.name not in listed:
+        raise DataError(f"{sums}: does not list {archive.name} (it lists {sorted(listed)[:5]})")
+    if _sha256(archive) != listed[archive.name]:
+        raise DataError(f"{archive}: SHA-256 does not match {sums}: the download is damaged or not FedGB's "
+                        f"release; download it again")
+
+
+def extract_archive(archive: Path, root: Path, variant: str) -> None:
+    """Extract the release into ``root`` under a lock, through a temporary folder renamed into place
+    (a refused or interrupted extraction leaves nothing half-written). ``.tar.zst`` needs the
+    ``zstandard`` package (``pip install -e '.[fedgb]'``; the Python here has no zstd in tarfile)."""
+    import shutil
+    import tarfile
+    import tempfile
+
+    from fgx.data.prepare import preparation_lock
+
+    with preparation_lock(root / ".fedgb.lock", f"FedGB archive {archive.name}"):
+        if (root / variant).is_dir():
+            return
+        tmp = Path(tempfile.mkdtemp(prefix=".fedgb.tmp-", dir=root))
+        try:
+            with open(archive, "rb") as raw:
+                if archive.name.endswith(".zst"):
+                    try:
+                        import zstandard
+                    except ImportError:
+                        raise DataError(f"{archive}: a .tar.zst needs the zstandard package (pip install -e "
+                                        f"'.[fedgb]'), or extract it yourself: tar --zstd -xf {archive} -C {root}"
+                                        ) from None
+                    stream = zstandard.ZstdDecompressor().stream_reader(raw)
+                    tar = tarfile.open(fileobj=stream, mode="r|")
+                else:
+                    tar = tarfile.open(fileobj=raw, mode="r:*")
+                with tar:
+                    tar.extractall(tmp, filter="data")     # no links out, no absolute paths, no devices
+            manifests = sorted(tmp.glob(f"{variant}/{MANIFEST}")) + sorted(tmp.glob(f"*/{variant}/{MANIFEST}"))
+            if not manifests:
+                raise DataError(f"{archive}: holds no {variant}/{MANIFEST} (dataset.variant)")
+            top = manifests[0].parent.parent          # the folder holding the variants (maybe datasets/)
+            for entry in top.iterdir():
+                if not (root / entry.name).exists():
+                    os.replace(entry, root / entry.name)
+        except DataError:
+            raise
+        except Exception as e:  # noqa: BLE001 - truncated stream, bad tar member: one clear message
+            raise DataError(f"{archive}: could not extract it ({type(e).__name__}: {str(e)[:160]})") from None
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
 def read_manifest(folder: Path) -> dict:
     path = folder / MANIFEST
     if not path.is_file():
@@ -131,6 +201,33 @@ def partition_dir(folder: Path, manifest: dict) -> Path:
     return found[0]
 
 
+def global_map_tensor(path: Path, gm, n: int) -> torch.Tensor:
+    """A client's ``global_map`` as one global id per local node, read as FedGB's own loader reads it
+    (``fedgb/data/distributed_dataset_loader.py::normalize_global_map``): a tensor or list is that
+    vector; a dict maps local id -> global id (FedGB's exporters write ``{local: global}``), except
+    when all its values are local ids 0 … n-1, which FedGB reads as ``{global: local}``."""
+    if isinstance(gm, torch.Tensor):
+        return gm
+    if isinstance(gm, (list, tuple)):
+        if not all(isinstance(v, int) and not isinstance(v, bool) for v in gm):
+            raise DataError(f"{path}: global_map must hold integer ids, got {gm[:5]!r}")
+        return torch.tensor(list(gm), dtype=torch.long)
+    if not isinstance(gm, dict):
+        raise DataError(f"{path}: global_map must be a tensor, a list or a dict, got {type(gm).__name__}")
+    if not all(isinstance(v, int) and not isinstance(v, bool) for kv in gm.items() for v in kv):
+        raise DataError(f"{path}: global_map dict must map integers to integers")
+    local = set(range(n))
+    if set(gm.values()) <= local and len(gm) == n and set(gm.values()) == local:     # {global: local}
+        ordered = [0] * n
+        for g, i in gm.items():
+            ordered[i] = g
+        return torch.tensor(ordered, dtype=torch.long)
+    if set(gm) != local:
+        raise DataError(f"{path}: global_map dict must have one entry per local node 0 … {n - 1} "
+                        f"({{local: global}}), got {len(gm)} entries")
+    return torch.tensor([gm[i] for i in range(n)], dtype=torch.long)
+
+
 def read_client(part: Path, task: str, i: int, num_classes: int | None, feature_dim: int | None):
     path = part / f"data_{i}.pt"
     d = load_pt(path)
@@ -138,9 +235,10 @@ def read_client(part: Path, task: str, i: int, num_classes: int | None, feature_
 
     if not isinstance(d, Data):
         raise DataError(f"{path}: expected a PyG Data object, got {type(d).__name__}")
-    missing = [k for k in ("x", "edge_index", "y", "global_map") if not isinstance(getattr(d, k, None), torch.Tensor)]
-    if missing:
-        raise DataError(f"{path}: missing tensor field(s) {missing} (schema 1.0: x, edge_index, y, global_map)")
+    missing = [k for k in ("x", "edge_index", "y") if not isinstance(getattr(d, k, None), torch.Tensor)]
+    if missing or getattr(d, "global_map", None) is None:
+        raise DataError(f"{path}: missing field(s) {missing + ([] if getattr(d, 'global_map', None) is not None else ['global_map'])} "
+                        f"(schema 1.0: tensors x, edge_index, y and a global_map)")
     x, y = d.x, d.y.reshape(-1) if d.y.dim() == 2 and d.y.size(-1) == 1 else d.y
     if x.dim() == 2 and feature_dim is not None and x.size(1) != feature_dim:
         raise DataError(f"{path}: {x.size(1)} feature columns; the manifest says feature_dim {feature_dim}")
@@ -149,7 +247,7 @@ def read_client(part: Path, task: str, i: int, num_classes: int | None, feature_
     n = check_arrays(str(path), x=x, edges=d.edge_index)
     if y.dim() != 1 or y.numel() != n:
         raise DataError(f"{path}: y must hold one label per node ({n}), got shape {list(d.y.shape)}")
-    gm = d.global_map
+    gm = global_map_tensor(path, d.global_map, n)
     if gm.dim() != 1 or gm.numel() != n or gm.is_floating_point() or (n and int(gm.min()) < 0):
         raise DataError(f"{path}: global_map must hold one non-negative integer id per node ({n}), "
                         f"got shape {list(gm.shape)} of dtype {gm.dtype}")
@@ -165,8 +263,11 @@ def read_client(part: Path, task: str, i: int, num_classes: int | None, feature_
             (masks["val"] & masks["test"]).any():
         raise DataError(f"{part / task / 'default_split'}: client {i}'s train/val/test masks overlap")
     labelled = masks["train"] | masks["val"] | masks["test"]
-    check_arrays(f"{path} (labelled nodes)", y=y[labelled], num_classes=num_classes)
-    return x.float(), d.edge_index.long(), y.long(), gm.long(), masks
+    own = getattr(d, "num_global_classes", None)      # FedGB's exporters write it on every client
+    if own is not None and (not isinstance(own, int) or isinstance(own, bool) or own < 1):
+        raise DataError(f"{path}: num_global_classes must be a positive integer, got {own!r}")
+    check_arrays(f"{path} (labelled nodes)", y=y[labelled], num_classes=num_classes or own)
+    return x.float(), d.edge_index.long(), y.long(), gm.long(), masks, own
 
 
 @DATASETS.register("fedgb", params=FedGBParams, task="node", clients="given")
@@ -177,6 +278,12 @@ def load_fedgb(p: FedGBParams, env: DataEnv) -> GraphDataset:
         raise DataError("dataset.variant is empty: name a FedGB variant folder, e.g. dataset.variant=AML-HI")
     root = Path(p.root).expanduser() if p.root else Path(env.data_dir) / "fedgb"
     folder = root / p.variant
+    if p.archive:
+        archive = Path(p.archive).expanduser()
+        if p.verify_checksums:
+            verify_archive(archive)
+        if not folder.is_dir():
+            extract_archive(archive, root, p.variant)
     if not folder.is_dir():
         raise DataError(f"dataset.root/dataset.variant: {folder} is not a folder (extract the FedGB release under "
                         f"dataset.root; docs/datasets.md)")
@@ -194,7 +301,7 @@ def load_fedgb(p: FedGBParams, env: DataEnv) -> GraphDataset:
     if len(dims) != 1:
         raise DataError(f"{part}: the clients' feature dimensions differ ({sorted(dims)})")
     offsets, xs, edges, ys, owner, masks = 0, [], [], [], [], {s: [] for s in SPLITS}
-    for i, (x, ei, y, _, m) in enumerate(clients):
+    for i, (x, ei, y, _, m, _) in enumerate(clients):
         xs.append(x)
         edges.append(ei + offsets)
         ys.append(y)
@@ -206,8 +313,9 @@ def load_fedgb(p: FedGBParams, env: DataEnv) -> GraphDataset:
     data.train_mask, data.val_mask, data.test_mask = (torch.cat(masks[s]) for s in SPLITS)
     data.client = torch.cat(owner)
     labelled = data.y[data.train_mask | data.val_mask | data.test_mask]
-    if num_classes is None:
-        num_classes = int(labelled.max()) + 1 if labelled.numel() else 1
+    if num_classes is None:     # FedGB's loader: the largest num_global_classes, else from the labels
+        declared = [c[5] for c in clients if c[5] is not None]
+        num_classes = max(declared) if declared else int(labelled.max()) + 1 if labelled.numel() else 1
     global_ids = torch.cat([c[3] for c in clients])
     shared = int(global_ids.numel() - torch.unique(global_ids).numel())
     info = DatasetInfo(name=f"fedgb_{p.variant}", task="node", num_classes=int(num_classes),

@@ -4,8 +4,8 @@ table fedgsp_cora_disj_10 (FedGSP on UniFilter with the Cora row of the authors'
 512; FedAvg on the GCN backbone), both under the table's protocol (1 local step per round);
 `--fedavg-steps 10` gives FedAvg ten.
 
-    OMP_NUM_THREADS=1 nice -n 10 python scripts/bench_fedgsp.py --data-dir /tmp/fgxdata
-    python scripts/bench_fedgsp.py --data-dir /tmp/fgxdata --rounds 20      # quicker
+    OMP_NUM_THREADS=1 nice -n 10 python scripts/bench_fedgsp.py --data-dir <data root>
+    python scripts/bench_fedgsp.py --data-dir <data root> --rounds 20      # quicker
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """Bench: ScaleGUN lazy local propagation against exact re-propagation on a generated graph.
 
     python scripts/bench_unlearning.py                                   # ogbn-arxiv size (169,343 / 1,166,243 / 128)
-    /work/bin/cpujob --quiet python scripts/bench_unlearning.py --nodes 2500000 --edges 60000000 --features 100
+    OMP_NUM_THREADS=1 python scripts/bench_unlearning.py --nodes 2500000 --edges 60000000 --features 100
 
 Generates a Chung-Lu random graph (lognormal degree weights, so hubs and low-degree nodes as in OGB
 graphs) with Gaussian features scaled so ||x_i|| <= 1, runs the initial push (Algorithm 2), then a

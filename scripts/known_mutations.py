@@ -6,7 +6,7 @@ moved on: update the snippet below). Exit status 1 if any mutation survived.
     python scripts/known_mutations.py                 # all, each with its killing test(s)
     python scripts/known_mutations.py fedavg_no_update --suite   # one, with the whole fast suite
 
-Run it through /work/bin/cpujob on a shared machine. docs/testing.md lists the table it prints."""
+On a shared machine run it alone, under nice -n 10. docs/testing.md lists the table it prints."""
 from __future__ import annotations
 
 import argparse

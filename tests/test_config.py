@@ -1,6 +1,5 @@
 import subprocess
 import sys
-import time
 from dataclasses import dataclass, field
 
 import pytest
@@ -97,14 +96,14 @@ def test_component_modules_do_not_import_heavy_libraries():
     ("partitioner.num_clients=-3", "partitioner.num_clients"),
     ("model.hidden=abc", "model.hidden"),
 ])
-def test_cli_config_errors_are_fast_and_leave_no_run_dir(tmp_path, override, needle):
-    t = time.time()
-    out = subprocess.run([sys.executable, "-m", "fgx.cli", "run", override], cwd=tmp_path,
-                         capture_output=True, text=True)
-    assert time.time() - t < 15  # generous on a loaded CI box; the design target is < 5 s
+def test_cli_config_errors_are_refused_before_work_and_leave_no_run_dir(tmp_path, override, needle):
+    """Refused before any data is loaded (what makes it fast: the < 5 s target is measured by
+    scripts/bench_fast_paths.py, not timed here, since a busy machine makes any limit flaky)."""
+    out = subprocess.run([sys.executable, "-m", "fgx.cli", "run", override, "data_dir=missing-data-root"],
+                         cwd=tmp_path, capture_output=True, text=True)
     assert out.returncode != 0
     assert needle in out.stderr and ("allowed" in out.stderr or "Available options" in out.stderr)
-    assert not (tmp_path / "outputs").exists()
+    assert not (tmp_path / "outputs").exists() and not (tmp_path / "missing-data-root").exists()
 
 
 def test_every_command_line_starts_from_the_default_job():

@@ -50,13 +50,15 @@ def test_group_ndcg_and_popularity_groups():
     assert math.isnan(m["ndcg@2_mid"])
 
 
-def test_full_ranking_of_ml100k_size_is_fast():
-    import time
+def test_full_ranking_of_ml100k_size_masks_training_items_and_matches_topk():
+    """At ML-100K size (the speed target, < 2 s, is measured by scripts/bench_fast_paths.py): every
+    user's top-20 excludes its training items and equals torch.topk over the masked scores."""
     g = torch.Generator().manual_seed(0)
     scores = torch.randn(943, 1682, generator=g)
     train = torch.stack([torch.randint(943, (80000,), generator=g), torch.randint(1682, (80000,), generator=g)])
-    test = torch.stack([torch.randint(943, (10000,), generator=g), torch.randint(1682, (10000,), generator=g)])
+    truth = torch.stack([torch.arange(943), scores.masked_fill(
+        torch.zeros_like(scores, dtype=torch.bool).index_put_((train[0], train[1]), torch.tensor(True)),
+        float("-inf")).argmax(1)])                 # each user's best non-training item is its one test item
     groups = popularity_groups(train[1], 1682)
-    t = time.perf_counter()
-    ranking_metrics(scores, train, test, 20, groups)
-    assert time.perf_counter() - t < 2.0
+    m = ranking_metrics(scores, train, truth, 20, groups)
+    assert m["recall@20"] == 1.0 and m["ndcg@20"] == 1.0

@@ -228,6 +228,10 @@ class TopParams:
             if not torch.cuda.is_available():
                 raise ConfigError("device", "cuda", "'cpu' or 'auto' (no CUDA device is available here)")
 
+        root = Path(self.data_dir or default_data_dir()).expanduser()
+        if root.exists() and not root.is_dir():
+            raise ConfigError("data_dir", str(root), "a folder (the data root that holds the datasets' folders); "
+                                                     "this is a file" + ("" if self.data_dir else " (from FGX_DATA_DIR)"))
         hint = missing_package(self.logger)
         if hint:
             raise ConfigError("logger", self.logger, f"an installed logger (the {self.logger} package is "

@@ -134,3 +134,12 @@ def test_fgx_run_cfg_job_shows_the_default_job_with_the_override(tmp_path):
     assert cfg.model.name == "gine" and cfg.partitioner.name == "by_bank"
 
 
+
+
+def test_a_data_root_that_is_a_file_is_refused_before_work_with_one_message(tmp_path):
+    (tmp_path / "data.tar").write_text("not a folder")
+    out = subprocess.run([sys.executable, "-m", "fgx.cli", "run", "dataset=cora", "algorithm=fedavg",
+                          f"data_dir={tmp_path / 'data.tar'}"], cwd=tmp_path, capture_output=True, text=True)
+    assert out.returncode != 0
+    assert "data_dir=" in out.stderr and "this is a file" in out.stderr, out.stderr
+    assert "download" not in out.stderr + out.stdout and not (tmp_path / "outputs").exists()

@@ -57,7 +57,7 @@ def env(root: Path) -> DataEnv:
 def expect_refusal(load, names: list[str], root: Path, dataset: str, must_fail: bool = True,
                    cache_allowed: bool = False) -> None:
     """The contract: a DataError (or ConfigError) that names one of ``names``, or data that the
-    trainer's checks accept when the damage was harmless; nothing half-prepared left in ``root``, and
+    trainer's checks accept when the damage was harmless; nothing half-prepared and no lock file left in ``root``, and
     no processed cache built from a damaged file (``cache_allowed``: the damage is in a file the
     cache is not built from)."""
     try:
@@ -66,7 +66,7 @@ def expect_refusal(load, names: list[str], root: Path, dataset: str, must_fail: 
         msg = str(e)
         assert any(n in msg for n in names), msg
         assert "Traceback" not in msg
-        left = [p for p in Path(root).rglob("*") if ".tmp-" in p.name or
+        left = [p for p in Path(root).rglob("*") if ".tmp-" in p.name or p.name.endswith(".lock") or
                 (p.name == ".fgx-complete" and not cache_allowed)]
         assert not left, f"a refused input left {left}"
         return

@@ -12,6 +12,7 @@ job that waits logs who it is waiting for every 30 s and gives up with a clear e
 ``FGX_LOCK_TIMEOUT`` seconds (default 6 hours), so a hung holder cannot block forever either."""
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -42,6 +43,7 @@ def preparation_lock(lock_path: Path, what: str):
     from filelock import FileLock, Timeout
 
     lock_path = Path(lock_path)
+    made = not lock_path.parent.exists()
     try:
         lock_path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -65,7 +67,15 @@ def preparation_lock(lock_path: Path, what: str):
     try:
         yield
     finally:
+        # the lock file goes while still held: no 0-byte .<name>.lock stays in the user's data folder, also
+        # not after a refused file. A job waiting on the unlinked file sees it gone once it gets it and
+        # takes the new one (filelock >= 4 checks st_nlink after flock), so the lock stays exclusive.
+        with contextlib.suppress(OSError):
+            lock_path.unlink()
         lock.release()
+        if made:                          # a folder made only to hold the lock (nothing was prepared)
+            with contextlib.suppress(OSError):
+                lock_path.parent.rmdir()
 
 
 def is_complete(folder: Path) -> bool:

@@ -340,5 +340,9 @@ def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:
         group, _, key = dotted.partition(".")
         if isinstance(c.get(group), dict) and key in c[group]:
             c[group] = {k: v for k, v in c[group].items() if k != key}
+    # a canary audit that is off (privacy.audit.canaries: 0, fgx/privacy/audit/) changes nothing a run computes
+    priv = c.get("privacy")
+    if isinstance(priv, dict) and isinstance(priv.get("audit"), dict) and not priv["audit"].get("canaries"):
+        c["privacy"] = {k: v for k, v in priv.items() if k != "audit"}
     sha = hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return c, sha

@@ -124,3 +124,18 @@ def test_audit_command_prints_claim_and_bound_and_fails_a_broken_run(tmp_path, m
     metric_dp_noise_off(monkeypatch)
     assert main(["privacy", "audit", *CE, "--out", str(tmp_path / "broken")]) == 1
     assert "ABOVE the claim" in capsys.readouterr().out
+
+
+def test_an_audit_that_is_off_leaves_the_config_fingerprint_alone():
+    """Records of runs made before privacy.audit existed stay fresh; an audited run is a different run."""
+    from omegaconf import OmegaConf
+
+    from fgx.cli import compose
+    from fgx.config import config_fingerprint
+
+    cfg = compose(["privacy=dp_fedavg"])
+    off = config_fingerprint(cfg)[1]
+    before = OmegaConf.to_container(cfg, resolve=True)
+    del before["privacy"]["audit"]
+    assert config_fingerprint(before)[1] == off
+    assert config_fingerprint(compose(["privacy=dp_fedavg", "privacy.audit.canaries=100"]))[1] != off

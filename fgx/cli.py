@@ -114,14 +114,44 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
         try:
             cfg = compose(job)
         except MissingConfigException as e:
-            raise SystemExit(f"fgx: config error: {e}".rstrip()) from None
+            raise SystemExit(f"fgx: config error: {_did_you_mean(str(e), job)}{e}".rstrip()) from None
         except (HydraException, OmegaConfBaseException, ValueError) as e:
-            raise SystemExit(f"fgx: config error: {str(e).strip()} (overrides: {' '.join(job)})") from None
+            raise SystemExit(f"fgx: config error: {_did_you_mean(str(e), job)}{str(e).strip()} "
+                             f"(overrides: {' '.join(job)})") from None
         try:
             validate(cfg)
         except ConfigError as e:
             where = f" (job: {' '.join(job)})" if multirun else ""
             raise SystemExit(f"fgx: {e}{where}") from None
+
+
+def _did_you_mean(message: str, job: list[str]) -> str:
+    """For Hydra's 'Could not override X' (a mistyped key or group: Hydra's advice to prepend `+` is for
+    adding keys) and 'Could not find group/option': the closest known names, as a line above Hydra's."""
+    import difflib
+    import re
+
+    if m := re.search(r"Could not find '([\w./-]+)/([\w.-]+)'", message):
+        group, name = m.groups()
+        known = [f.stem for f in (conf_dir() / group).glob("*.yaml")]
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+        return f"no {group} '{name}'; did you mean {' or '.join(repr(c) for c in close)}?\n" if close else ""
+    m = re.search(r"Could not override '([\w.]+)'", message)
+    if not m:
+        return ""
+    key = m.group(1)
+    parent, _, leaf = key.rpartition(".")
+    try:
+        node = compose([o for o in job if not o.lstrip("+~").startswith(key)])
+        for part in filter(None, parent.split(".")):
+            node = node[part]
+        known = list(node.keys()) + ([d.name for d in conf_dir().iterdir() if d.is_dir()] if not parent else [])
+    except Exception:  # noqa: BLE001 - no suggestion beats a second error
+        return ""
+    close = difflib.get_close_matches(leaf, list(dict.fromkeys(str(k) for k in known)), n=3, cutoff=0.6)
+    if not close:
+        return f"no key '{key}' in the config\n"
+    return f"no key '{key}' in the config; did you mean {' or '.join(repr(f'{parent}.{c}' if parent else c) for c in close)}?\n"
 
 
 def check_output_location(overrides: list[str], multirun: bool) -> None:
@@ -261,6 +291,8 @@ def _print_summary(summary: dict) -> None:
     t.add_column("final", justify="right")
     t.add_column("global", justify="right")
     for k, val in summary["final"].items():
+        if k.startswith("num_"):       # counts kept for bookkeeping (users evaluated per client), not metrics
+            continue
         g = (summary.get("final_global") or {}).get(k)
         mark = " *" if k == summary["main_metric"] else ""
         t.add_row(k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}")

@@ -251,8 +251,9 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     check_clients(clients, info, v.names["partitioner"])
     pstats = partition_stats(ds.data, info, clients)
     rd.write_json("partition.json", pstats)
-    log.info("partitioner %s: %d clients, L/S %.2f, %s cross-client edges", v.names["partitioner"],
-             len(clients), pstats["ls_ratio"], pstats["cross_client_edges"])
+    cross = pstats["cross_client_edges"]
+    log.info("partitioner %s: %d clients, L/S %.2f%s", v.names["partitioner"], len(clients), pstats["ls_ratio"],
+             "" if cross is None else f", {cross} cross-client edges")
 
     algo_cls = v.entries["algorithm"].obj
     privacy = v.entries["privacy"].obj(v.params["privacy"])

@@ -143,3 +143,20 @@ def test_a_data_root_that_is_a_file_is_refused_before_work_with_one_message(tmp_
     assert out.returncode != 0
     assert "data_dir=" in out.stderr and "this is a file" in out.stderr, out.stderr
     assert "download" not in out.stderr + out.stdout and not (tmp_path / "outputs").exists()
+
+
+@pytest.mark.parametrize("override, suggestion", [
+    ("algoritm=fedavg", "did you mean 'algorithm'?"),
+    ("algorithm.lrr=0.1", "did you mean 'algorithm.lr'?"),
+    ("algorithm=fedavgg", "did you mean 'fedavg'"),
+])
+def test_a_mistyped_group_or_key_gets_a_did_you_mean_above_hydras_message(override, suggestion, tmp_path,
+                                                                         monkeypatch):
+    from fgx.cli import prevalidate
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        prevalidate(["algorithm=fedavg", override] if "." in override else [override], False)
+    msg = str(e.value.code)
+    assert suggestion in msg.splitlines()[0], msg
+    assert "Could not" in msg          # Hydra's own message kept below it

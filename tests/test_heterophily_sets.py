@@ -127,3 +127,19 @@ def test_fgx_runs_on_pyg_chameleon(tmp_path, run_fgx):
     run = run_fgx("dataset=chameleon", f"data_dir={tmp_path / 'data'}", "algorithm=fedavg", "partitioner=metis",
                   "partitioner.num_clients=3", "rounds=2", "model.hidden=8")
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_missing_dataset_offline_names_data_dir(tmp_path):
+    """No files and no network: the error says to point data_dir at the files, not that a file is damaged."""
+    import socket
+    from unittest import mock
+
+    from fgx.data.heterophilous import HeterophilousParams, load_heterophilous
+
+    with mock.patch("urllib.request.urlopen", side_effect=__import__("urllib.error").error.URLError(
+            socket.gaierror(-3, "Temporary failure in name resolution"))):
+        with pytest.raises(DataError) as e:
+            load_heterophilous(HeterophilousParams(dataset="chameleon_filtered"), env(tmp_path))
+    msg = str(e.value)
+    assert "downloading them failed" in msg and "data_dir=<data root>" in msg and "damaged" not in msg, msg
+    assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".lock") or ".tmp-" in p.name]

@@ -87,6 +87,10 @@ def test_report_formats_and_errors(multirun, tmp_path, capsys):
     assert list(df.algorithm) == ALGOS and "accuracy_mean" in df and "MB_mean" in df
     assert main(["report", str(root), "--format", "latex"]) == 0
     assert r"\begin{tabular}" in capsys.readouterr().out
+    assert main(["report", str(root), "--format", "latex", "-o", str(tmp_path / "t.tex")]) == 0
+    printed = capsys.readouterr()
+    assert r"\begin{tabular}" in (tmp_path / "t.tex").read_text() and r"\begin{tabular}" not in printed.out
+    assert "t.tex" in printed.err        # written to the file only; the terminal says where
     assert main(["report", str(root), "--metric", "nope"]) == 2
     assert "'nope' is in no completed run" in capsys.readouterr().err
     assert main(["report", str(tmp_path / "missing")]) == 2
@@ -219,3 +223,14 @@ def test_a_numeric_key_is_sorted_inside_the_groups_that_come_first(tmp_path):
     rep = build_report(find_runs([tmp_path]), by=["algorithm", "algorithm.local_steps"], metrics=["accuracy"])
     assert [(str(a), str(k)) for a, k in zip(rep.table["algorithm"], rep.table["algorithm.local_steps"])] == \
         [("zeta", "4"), ("zeta", "16"), ("alpha", "4"), ("alpha", "16")]
+
+
+def test_the_printed_run_summary_shows_metrics_not_bookkeeping_counts(capsys):
+    from fgx.cli import _print_summary
+
+    _print_summary({"components": {"algorithm": "lpsfed"}, "data": {"name": "movielens100k", "source": "real"},
+                    "final": {"ndcg@20": 0.21234, "recall@20": 0.3, "num_users": 235.75},
+                    "final_global": {}, "main_metric": "ndcg@20", "wall_time_s": 1.0, "peak_rss_mb": 10,
+                    "total_bytes": 0, "run_dir": "r"})
+    out = capsys.readouterr().out
+    assert "ndcg@20 *" in out and "0.2123" in out and "num_users" not in out and "235.7500" not in out

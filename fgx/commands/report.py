@@ -27,7 +27,8 @@ def cmd_report(args) -> int:
     if args.format != "csv":
         print(f"{done} completed run(s), grouped by {', '.join(rep.by)}; mean ± std (sample, ddof=1) over seeds, "
               f"test split, mean over clients", file=notes)
-    print(text)
+    if not args.output:       # with -o the table goes to the file, not also to the terminal
+        print(text)
     if rep.problems:
         print(problems_text(rep), file=notes)
     if args.output:
@@ -35,6 +36,7 @@ def cmd_report(args) -> int:
 
         from fgx.outputs import atomic_write_bytes
         atomic_write_bytes(Path(args.output), (text + "\n").encode())
+        print(f"wrote {args.output}", file=sys.stderr)
     return 0 if done else 1
 
 

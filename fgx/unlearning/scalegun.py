@@ -151,8 +151,10 @@ class CertifiedUnlearning(UnlearningMethod):
             rows.append(row)
             self.log_request(ctx, row, budget)
             if i % max(1, len(requests) // 10) == 0 or i == len(requests):
+                acc = row["test_accuracy"]
                 ctx.log.info("%s: request %d/%d test acc %s, retrains %d, %.3fs (prop %.4fs)", self.name, i,
-                             len(requests), row["test_accuracy"], proc.retrains, row["total_s"],
+                             len(requests), f"{acc:.4f}" if isinstance(acc, float) else acc, proc.retrains,
+                             row["total_s"],
                              row["propagation_s"])
         if getattr(proc, "failed", False) and (not rows or rows[-1]["action"] == "refused"):
             ctx.log.error("%s: certificate failed at request %d of %d: no model within the budget %.3g could be "

@@ -125,7 +125,7 @@ def test_plots_are_pngs_with_labelled_axes_and_one_series_per_group(multirun, tm
             make_run(sweep / f"{a}{i}", [f"algorithm={a}", f"algorithm.local_steps={k}", f"seed={s}"],
                      completed(0.1 * k, 0.2, s))
     fig = make_figure([sweep], kind="sweep", x="algorithm.local_steps")
-    assert _series(fig) == 2 and fig.axes[0].get_xlabel() == "algorithm.local_steps"
+    assert _series(fig) == 2 and fig.axes[0].get_xlabel() == "local steps"
     out = plot([sweep], kind="sweep", x="algorithm.local_steps", output=str(tmp_path / "s.svg"))
     assert b"<svg" in out.read_bytes()[:400]
 
@@ -234,3 +234,40 @@ def test_the_printed_run_summary_shows_metrics_not_bookkeeping_counts(capsys):
                     "total_bytes": 0, "run_dir": "r"})
     out = capsys.readouterr().out
     assert "ndcg@20 *" in out and "0.2123" in out and "num_users" not in out and "235.7500" not in out
+
+
+def test_curves_have_a_band_over_seeds_and_reader_names(multirun, tmp_path):
+    """Mean ± std over seeds as a band (one per group), axis and title from metric and method names, no
+    config keys; remove the band and this fails."""
+    from matplotlib.collections import PolyCollection
+
+    from fgx.report.plots import make_figure
+
+    root, _ = multirun
+    fig = make_figure([root], kind="curve")
+    ax = fig.axes[0]
+    bands = [c for c in ax.collections if isinstance(c, PolyCollection)]
+    assert len(bands) == 2 == len(ax.lines)                  # one band per method
+    line, band = ax.lines[0], bands[0]
+    ys = line.get_ydata()
+    lo, hi = band.get_paths()[0].vertices[:, 1].min(), band.get_paths()[0].vertices[:, 1].max()
+    assert lo < min(ys) and hi > max(ys)                     # the band spreads around the mean
+    assert "=" not in ax.get_title() + "".join(t.get_text() for t in ax.get_legend().get_texts())
+    assert ax.get_xlabel() == "round" and "accuracy" in ax.get_ylabel() and "std over 3 seeds" in ax.get_title()
+
+
+def test_one_plot_command_writes_the_figure_as_pdf_and_png(multirun, tmp_path, capsys):
+    root, _ = multirun
+    assert main(["plot", str(root), "--kind", "curve", "-o", str(tmp_path / "fig")]) == 0
+    assert (tmp_path / "fig.pdf").read_bytes()[:5] == b"%PDF-"
+    assert (tmp_path / "fig.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "fig.pdf" in capsys.readouterr().out
+
+
+def test_reader_names_for_metrics_and_keys():
+    from fgx.report.plots import _bounds_title, key_name, metric_name
+
+    assert metric_name("ndcg@20") == "NDCG@20" and metric_name("f1_minority") == "minority-class F1"
+    assert metric_name("roc_auc") == "ROC-AUC" and key_name("privacy.sigma0") == "σ₀"
+    assert key_name("algorithm.local_steps") == "local steps" and key_name("algorithm") == "method"
+    assert _bounds_title(["unlearning.requests.type"], ("edge",)) == "edge removal"

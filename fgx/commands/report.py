@@ -41,16 +41,16 @@ def cmd_report(args) -> int:
 
 
 def cmd_plot(args) -> int:
-    from fgx.report.plots import KINDS, plot
+    from fgx.report.plots import KINDS, render
     from fgx.report.runs import ReportError
 
     try:
-        out = plot(args.paths, kind=args.kind, output=args.output, metric=args.metric, x=args.x,
+        out = render(args.paths, kind=args.kind, output=args.output, metric=args.metric, x=args.x,
                    by=_split(args.by), split=args.split)
     except ReportError as e:
         print(f"fgx plot: {e}", file=sys.stderr)
         return 2
-    print(f"wrote {out}")
+    print("wrote " + ", ".join(map(str, out)))
     assert args.kind in KINDS
     return 0
 
@@ -62,15 +62,17 @@ def register(sub) -> None:
                                                  "that vary between runs, seed excepted)")
     p.add_argument("--metric", action="append", help="metric column(s) (default: the runs' main metric)")
     p.add_argument("--format", default="markdown", choices=["markdown", "latex", "csv"])
-    p.add_argument("--output", "-o", help="also write the table to this file")
+    p.add_argument("--output", "-o", help="write the table to this file (instead of printing it)")
     p.set_defaults(func=cmd_report)
 
     from fgx.report.plots import KINDS
-    q = sub.add_parser("plot", help="figures from run/multirun directories (PNG/SVG by the output's suffix)")
+    q = sub.add_parser("plot", help="figures from run/multirun directories (PNG/SVG/PDF by the output's suffix)")
     q.add_argument("paths", nargs="+")
     q.add_argument("--kind", default="curve", choices=list(KINDS),
                    help="; ".join(f"{k}: {v}" for k, v in KINDS.items()))
-    q.add_argument("--output", "-o", help="file to write (.png or .svg; default <first path>/<kind>.png)")
+    q.add_argument("--output", "-o", action="append",
+                   help="file to write (.png, .svg or .pdf; repeatable; a name without a suffix writes NAME.pdf and "
+                        "NAME.png; default <first path>/<kind>.png)")
     q.add_argument("--metric", help="y metric (default: the runs' main metric)")
     q.add_argument("--x", help="sweep/privacy: the swept config key on the x axis")
     q.add_argument("--by", action="append", help="keys that make one series each (default: varying keys)")

@@ -11,7 +11,7 @@ from fgx.report.runs import ReportError, Run, find_runs, group_label, metric_val
 from fgx.report.table import default_metric
 
 KINDS = {
-    "curve": "metric against round (mean over seeds per group)",
+    "curve": "metric against round (mean over seeds per group, band: ± std over seeds)",
     "sweep": "final metric against a swept key (--x), one series per other varying key",
     "privacy": "epsilon against a swept noise key (--x, default the varying key naming sigma)",
     "comm": "metric against cumulative MB communicated",
@@ -22,8 +22,52 @@ KINDS = {
 }
 
 
+# what a reader calls a metric or a config key (axes, titles, legends); anything else: its last part, spaced
+METRIC_NAMES = {"accuracy": "accuracy", "f1_minority": "minority-class F1", "f1_macro": "macro F1",
+                "roc_auc": "ROC-AUC", "mse": "MSE", "loss": "loss"}
+KEY_NAMES = {"algorithm": "method", "method": "method", "unlearning.requests.type": "request type",
+             "partitioner.num_clients": "clients", "partitioner": "partition", "dataset": "dataset", "model": "model",
+             "privacy": "privacy", "rounds": "rounds", "algorithm.local_steps": "local steps"}
+NAME_KEYS = ("algorithm", "method", "dataset", "model")     # their values name themselves in a legend
+
+
+def metric_name(metric: str) -> str:
+    """``ndcg@20`` -> ``NDCG@20``, ``f1_minority`` -> ``minority-class F1``, ``epsilon...`` -> ``ε``."""
+    base, at, k = metric.partition("@")
+    if at:
+        head, _, group = k.partition("_")
+        return f"{base.upper() if base == 'ndcg' else base.capitalize()}@{head}" + (f" ({group})" if group else "")
+    if metric.startswith("epsilon"):
+        return "ε" + metric[len("epsilon"):].replace("_", " ")
+    return METRIC_NAMES.get(metric, metric.replace("_", " "))
+
+
+def key_name(key: str) -> str:
+    """A config key as a reader knows it: ``privacy.sigma0`` -> ``σ₀``, ``algorithm.lr`` -> ``lr``."""
+    if key in KEY_NAMES:
+        return KEY_NAMES[key]
+    leaf = key.rsplit(".", 1)[-1]
+    if leaf.startswith("sigma"):
+        return "σ" + "".join("₀₁₂₃₄₅₆₇₈₉"[int(c)] if c.isdigit() else c for c in leaf[5:])
+    if leaf in ("epsilon", "eps"):
+        return "ε"
+    return leaf.replace("_", " ")
+
+
 def _label(by: list[str], key: tuple) -> str:
-    return ", ".join(f"{k}={v}" for k, v in zip(by, key)) if by else "all runs"
+    if not by:
+        return "all runs"
+    return ", ".join(str(v) if k in NAME_KEYS or len(by) == 1 and k in KEY_NAMES and k.endswith("type")
+                     else f"{key_name(k)} {v}" for k, v in zip(by, key))
+
+
+def _band(ax, xs, means, stds, label) -> None:
+    """The mean as a line, ± std over seeds as a band wherever a point has more than one seed."""
+    line, = ax.plot(xs, means, marker="o", ms=3, label=label)
+    if any(s > 0 for s in stds):
+        lo = [m - s for m, s in zip(means, stds)]
+        hi = [m + s for m, s in zip(means, stds)]
+        ax.fill_between(xs, lo, hi, color=line.get_color(), alpha=0.2, lw=0)
 
 
 def _groups(runs: list[Run], by: list[str]) -> dict[tuple, list[Run]]:
@@ -57,7 +101,11 @@ def _series_over_rounds(runs: list[Run], split: str, metric: str, x_key: str):
             if y is not None and x is not None:
                 per_x[float(x) / (1e6 if x_key == "bytes_cumulative" else 1)].append(float(y))
     xs = sorted(per_x)
-    return xs, [float(np.mean(per_x[x])) for x in xs]
+    return xs, [float(np.mean(per_x[x])) for x in xs], _stds(per_x, xs)
+
+
+def _stds(per_x: dict, xs: list) -> list[float]:
+    return [float(np.std(per_x[x], ddof=1)) if len(per_x[x]) > 1 else 0.0 for x in xs]
 
 
 def _numeric(v: str, key: str) -> float:
@@ -96,10 +144,10 @@ def make_figure(paths, kind: str = "curve", metric: str | None = None, x: str | 
     if kind in ("curve", "comm"):
         x_key = "round" if kind == "curve" else "bytes_cumulative"
         for key, rs in groups.items():
-            xs, ys = _series_over_rounds(rs, split, metric, x_key)
-            ax.plot(xs, ys, marker="o", ms=3, label=_label(by, key))
+            xs, ys, sd = _series_over_rounds(rs, split, metric, x_key)
+            _band(ax, xs, ys, sd, _label(by, key))
         ax.set_xlabel("round" if kind == "curve" else "MB communicated (cumulative)")
-        ax.set_ylabel(f"{metric} ({split}, mean over clients)")
+        ax.set_ylabel(f"{metric_name(metric)} ({split}, mean over clients)")
     elif kind in ("sweep", "privacy"):
         y_of = (lambda r: metric_values(r.summary).get(metric)) if kind == "sweep" else _epsilon
         for key, rs in groups.items():
@@ -112,12 +160,12 @@ def make_figure(paths, kind: str = "curve", metric: str | None = None, x: str | 
             means = [float(np.mean(pts[v])) for v in xs]
             stds = [float(np.std(pts[v], ddof=1)) if len(pts[v]) > 1 else 0.0 for v in xs]
             ax.errorbar(xs, means, yerr=stds, marker="o", capsize=3, label=_label(by, key))
-        ax.set_xlabel(x)
-        ax.set_ylabel(f"final {metric} ({split})" if kind == "sweep" else "epsilon")
+        ax.set_xlabel(key_name(x))
+        ax.set_ylabel(f"final {metric_name(metric)} ({split})" if kind == "sweep" else "ε")
     elif kind == "unlearning":
         for key, rs in groups.items():
-            xs, ys = _unlearning_series(rs)
-            ax.plot(xs, ys, marker=".", label=_label(by, key))
+            xs, ys, sd = _unlearning_series(rs)
+            _band(ax, xs, ys, sd, _label(by, key))
         ax.set_xlabel("removed items (cumulative)")
         ax.set_ylabel("test accuracy")
     elif kind == "bounds":
@@ -125,7 +173,14 @@ def make_figure(paths, kind: str = "curve", metric: str | None = None, x: str | 
     ax.grid(alpha=0.3)
     if len(groups) > 1 or by:
         ax.legend(fontsize=8)
-    ax.set_title(KINDS[kind].split(" (")[0])
+    seeds = max(len(rs) for rs in groups.values())
+    spread = f"; band: ± std over {seeds} seeds" if seeds > 1 and kind in ("curve", "comm", "unlearning") else \
+        f"; bars: ± std over {seeds} seeds" if seeds > 1 and kind in ("sweep", "privacy") else ""
+    titles = {"curve": f"{metric_name(metric)} per round", "comm": f"{metric_name(metric)} against communication",
+              "sweep": f"{metric_name(metric)} against {key_name(x or '')}",
+              "privacy": f"privacy budget ε against {key_name(x or '')}",
+              "unlearning": "test accuracy while unlearning"}
+    ax.set_title(titles[kind] + (f" (mean{spread})" if seeds > 1 else ""), fontsize=10)
     fig.tight_layout()
     return fig
 
@@ -138,18 +193,28 @@ def _bounds_figure(groups: dict, by: list[str], plt):
     fig, axes = plt.subplots(1, len(groups), figsize=(4.2 * len(groups), 3.6), squeeze=False)
     for ax, (key, rs) in zip(axes[0], groups.items()):
         for field, label, ls in fields:
-            xs, ys = _unlearning_series(rs, field)
+            xs, ys, sd = _unlearning_series(rs, field)
             if not xs:
                 raise ReportError(f"{rs[0].path}: no {field} in unlearning.json (run with unlearning.report.bounds=true)")
-            ax.plot(xs, ys, ls=ls, label=label)
+            line, = ax.plot(xs, ys, ls=ls, label=label)
+            if any(sd):
+                ax.fill_between(xs, [max(m - d, 1e-300) for m, d in zip(ys, sd)], [m + d for m, d in zip(ys, sd)],
+                                color=line.get_color(), alpha=0.2, lw=0)
         ax.set_yscale("log")
         ax.set_xlabel("removed items (cumulative)")
-        ax.set_title(_label(by, key), fontsize=9)
+        ax.set_title(_bounds_title(by, key), fontsize=9)
         ax.grid(alpha=0.3)
     axes[0][0].set_ylabel("gradient residual norm")
     axes[0][0].legend(fontsize=8)
     fig.tight_layout()
     return fig
+
+
+def _bounds_title(by: list[str], key: tuple) -> str:
+    """A panel of the bounds figure: ``edge removal`` for ``unlearning.requests.type=edge`` (as in the
+    paper's Fig. 2), other keys as in a legend."""
+    parts = [f"{v} removal" if k == "unlearning.requests.type" else _label([k], (v,)) for k, v in zip(by, key)]
+    return ", ".join(parts) if parts else "all runs"
 
 
 def _epsilon(r: Run) -> float | None:
@@ -173,7 +238,7 @@ def _unlearning_series(runs: list[Run], field: str = "accuracy"):
             if acc is not None:
                 per_x[float(removed)].append(float(acc))
     xs = sorted(per_x)
-    return xs, [float(np.mean(per_x[v])) for v in xs]
+    return xs, [float(np.mean(per_x[v])) for v in xs], _stds(per_x, xs)
 
 
 HEATMAP_SOURCES = ("collaboration.jsonl", "fedgsp_graphs.jsonl")
@@ -200,17 +265,39 @@ def _heatmap(run: Run, plt):
     return fig
 
 
-def plot(paths, kind: str = "curve", output: str | None = None, **kw) -> Path:
+def output_files(output: str | list[str] | None, default: Path) -> list[Path]:
+    """Where the figure goes: each name given (``.png``, ``.svg``, ``.pdf``); a name without a suffix
+    gives a PDF (for the paper) and a PNG (for a screen) of the same figure."""
+    names = [output] if isinstance(output, str) else list(output or [])
+    outs: list[Path] = []
+    for name in names or [str(default)]:
+        out = Path(name)
+        if not out.suffix:
+            outs += [out.with_suffix(".pdf"), out.with_suffix(".png")]
+        elif out.suffix.lower() in (".png", ".svg", ".pdf"):
+            outs.append(out)
+        else:
+            raise ReportError(f"--output {out}: use a .png, .svg or .pdf file name, or a name without a suffix "
+                              f"for both a .pdf and a .png")
+    return outs
+
+
+def plot(paths, kind: str = "curve", output: str | list[str] | None = None, **kw) -> Path:
+    """The figure written to ``output`` (see :func:`render`); the first file written."""
+    return render(paths, kind, output, **kw)[0]
+
+
+def render(paths, kind: str = "curve", output: str | list[str] | None = None, **kw) -> list[Path]:
+    """One figure written to every file of ``output`` (e.g. a PDF and a PNG: ``output_files``)."""
+    outs = output_files(output, Path(paths[0]) / f"{kind}.png")
     fig = make_figure(paths, kind=kind, **kw)
-    out = Path(output) if output else Path(paths[0]) / f"{kind}.png"
-    if out.suffix.lower() not in (".png", ".svg", ".pdf"):
-        raise ReportError(f"--output {out}: use a .png, .svg or .pdf file name")
     import io
 
     from fgx.outputs import atomic_write_bytes
-    buf = io.BytesIO()
-    fig.savefig(buf, format=out.suffix.lstrip(".").lower(), dpi=150)
-    atomic_write_bytes(out, buf.getvalue())
+    for out in outs:
+        buf = io.BytesIO()
+        fig.savefig(buf, format=out.suffix.lstrip(".").lower(), dpi=150)
+        atomic_write_bytes(out, buf.getvalue())
     import matplotlib.pyplot as plt
     plt.close(fig)
-    return out
+    return outs

@@ -160,3 +160,17 @@ def test_a_mistyped_group_or_key_gets_a_did_you_mean_above_hydras_message(overri
     msg = str(e.value.code)
     assert suggestion in msg.splitlines()[0], msg
     assert "Could not" in msg          # Hydra's own message kept below it
+
+
+def test_more_clients_than_the_files_have_nodes_is_refused_before_loading(tmp_path, monkeypatch):
+    """Cora has 2708 nodes: 100000 clients are refused by the config check, before any file is read
+    (data_dir points nowhere: a load would fail differently)."""
+    from fgx.cli import prevalidate
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=r"partitioner.num_clients=100000.*at most 2708 \(Cora has 2708 nodes"):
+        prevalidate(["dataset=cora", "algorithm=fedavg", "partitioner.num_clients=100000",
+                     f"data_dir={tmp_path / 'nowhere'}"], False)
+    with pytest.raises(SystemExit, match=r"at most 890"):
+        prevalidate(["dataset=chameleon_filtered", "algorithm=fedavg", "partitioner.num_clients=900"], False)
+    prevalidate(["dataset=cora", "algorithm=fedavg", "partitioner.num_clients=100"], False)

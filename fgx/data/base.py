@@ -78,6 +78,21 @@ def _is_network_error(e: BaseException) -> bool:
     return False
 
 
+def clients_fit(nodes_of):
+    """A loader's ``check_config``: ``partitioner.num_clients`` beyond the nodes the dataset's files are
+    known to hold (``nodes_of(params)``: the published count, or None) is refused before any loading.
+    A graph made smaller (largest component, a split) is caught after loading, by the clients' check."""
+    def check(params, validated) -> None:
+        from fgx.config import ConfigError
+
+        n = nodes_of(params)
+        k = getattr(validated.params.get("partitioner"), "num_clients", None)
+        if n and isinstance(k, int) and k > n:
+            name = getattr(params, "dataset", None) or validated.names["dataset"]
+            raise ConfigError("partitioner.num_clients", k, f"at most {n} ({name} has {n} nodes)")
+    return check
+
+
 def pyg_safe_globals() -> list:
     """PyG's data classes, for ``torch.load(weights_only=True)`` of a pickled ``Data`` (OGB's
     processed file, FedGB's client files): these and tensors load, anything else is refused."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, random_split
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split
 from fgx.data.checks import check_arrays
 from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
@@ -148,3 +148,7 @@ def load_geom_gcn(p: GeomGcnParams, env: DataEnv) -> GraphDataset:
     info = DatasetInfo(name=name, task="node", num_classes=NUM_CLASSES, main_metric="accuracy", source="real",
                        extra={"root": str(root / folder), "split": p.split})
     return GraphDataset(data, info)
+
+
+NUM_NODES = {"chameleon": 2277, "squirrel": 5201, "actor": 7600}
+load_geom_gcn.check_config = clients_fit(lambda p: NUM_NODES.get(p.dataset))

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, random_split, staged_root
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split, staged_root
 from fgx.data.checks import check_arrays
 from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
@@ -102,3 +102,8 @@ def load_heterophilous(p: HeterophilousParams, env: DataEnv) -> GraphDataset:
                        main_metric="roc_auc" if p.dataset in BINARY else "accuracy",
                        extra={"root": str(root), "split": p.split})
     return GraphDataset(data, info)
+
+
+NUM_NODES = {"Roman-empire": 22662, "Amazon-ratings": 24492, "Minesweeper": 10000, "Tolokers": 11758,
+             "Questions": 48921, "chameleon_filtered": 890, "squirrel_filtered": 2223, "actor": 7600}
+load_heterophilous.check_config = clients_fit(lambda p: NUM_NODES.get(p.dataset))

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, random_split, staged_root
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split, staged_root
 from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
 
@@ -153,3 +153,7 @@ def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
                        source="real", extra={"root": str(root), "split": p.split},
                        features_public=p.features_public)
     return GraphDataset(data, info)
+
+
+NUM_NODES = {"Cora": 2708, "CiteSeer": 3327, "PubMed": 19717}      # the published raw files
+load_planetoid.check_config = clients_fit(lambda p: NUM_NODES.get(p.dataset))

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from sklearn.metrics import roc_auc_score
 
 from fgx.unlearning.requests import posterior
 
@@ -47,6 +46,8 @@ def prepare(server, requests, kind: str, link_pairs: dict | None, rng) -> dict:
 
 
 def _auc(pos, neg) -> float:
+    from sklearn.metrics import roc_auc_score   # here, not at the top: validating a config imports this module
+
     return float(roc_auc_score(np.r_[np.ones(len(pos)), np.zeros(len(neg))], np.r_[pos, neg]))
 
 

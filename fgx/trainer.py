@@ -27,9 +27,11 @@ from fgx.divergence import DivergenceWatch
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.loggers import make_logger
-from fgx.metrics import CLASSIFICATION, grouped_classification_metrics, improves, mean_over_clients, minority_class
+from fgx.metrics import (CLASSIFICATION, bootstrap_standard_error, grouped_classification_metrics, improves,
+                         mean_over_clients, minority_class)
 from fgx.outputs import RunDir
 from fgx.privacy.audit import attach as attach_audit, audited_name
+from fgx.provenance import code_fingerprint, provenance, run_command
 from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
 from fgx.progress import ACTIVITY, Progress
@@ -115,10 +117,12 @@ class Evaluator:
         else:
             self.minority = None
 
-    def __call__(self, algo, local: bool = False, complete: bool = True) -> dict[str, dict]:
+    def __call__(self, algo, local: bool = False, complete: bool = True,
+                 sampling_error: bool = False) -> dict[str, dict]:
         """Metrics of every client on the configured splits; ``local``: of each client's own model;
         ``complete`` False: the intermediate evaluation, on a fixed subset of items when
-        ``eval.subset`` is set."""
+        ``eval.subset`` is set; ``sampling_error``: also the bootstrap standard error of the mean over
+        clients on each split (``sampling_se``; the final evaluation, for the table checks)."""
         custom = getattr(algo, "client_metrics", None)
         out: dict[str, dict] = {}
         if callable(custom):
@@ -139,6 +143,9 @@ class Evaluator:
             pooled = grouped_classification_metrics(scores, labels, torch.zeros_like(labels), 1, k, self.minority,
                                                     self.names)[0]
             out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": pooled}
+            if sampling_error:
+                out[split]["sampling_se"] = bootstrap_standard_error(scores, labels, client, len(preds), k,
+                                                                     self.minority, self.names)
         return out
 
 
@@ -321,7 +328,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                 log.warning(note)
             diagnostics.update(stats)
             if evaluate:
-                res = evaluator(algo, local=local_eval, complete=r == top.rounds)
+                res = evaluator(algo, local=local_eval, complete=r == top.rounds, sampling_error=r == top.rounds)
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
                 for split, m in res.items():
                     rd.append_jsonl("metrics.jsonl", {
@@ -355,7 +362,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     train_time = time.time() - t_loop
 
     if last is None:   # resumed after the final round: evaluate the restored state
-        last = evaluator(algo, local=local_eval)
+        last = evaluator(algo, local=local_eval, sampling_error=True)
     privacy.finish(algo)
     unlearning = v.entries["unlearning"].obj(v.params["unlearning"])
     unl = unlearning.run(ctx, algo)
@@ -375,6 +382,9 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "main_metric": main_metric,
         "final": last["test"]["mean"],
         "final_global": last["test"]["global"],
+        # the test metrics' bootstrap standard error over test items (classification; None for tasks whose
+        # algorithm computes its own metrics): the noise floor below which fgx/tables decides no ordering
+        "sampling_se": last["test"].get("sampling_se"),
         "best": best,
         "best_client": client_best_summary(client_best),
         "evaluation": evaluator.describe(),
@@ -396,6 +406,8 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         "presets": conf_choices(v.names),
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
         "seed": top.seed,
+        # this run's own origin (a table record keeps it per run) and the code it executed (staleness)
+        "provenance": {**provenance(run_command()), "code": code_fingerprint()},
     })
     if divergence.event is not None:
         summary["diverged"] = divergence.event

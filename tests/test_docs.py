@@ -104,10 +104,10 @@ def install_quick_compose(set_attr=setattr):
 
     from hydra import compose
 
-    import fgx.cli as cli
+    import fgx.launch as launch
 
-    real_jobs = cli._job_overrides
-    set_attr(cli, "_job_overrides", lambda overrides, multirun: covering(real_jobs(overrides, multirun)))
+    real_jobs = launch._job_overrides
+    set_attr(launch, "_job_overrides", lambda overrides, multirun: covering(real_jobs(overrides, multirun)))
 
     @functools.lru_cache(maxsize=None)
     def cached(overrides: tuple, hydra: bool):
@@ -116,7 +116,7 @@ def install_quick_compose(set_attr=setattr):
         return compose(config_name="config",
                        overrides=[o for o in overrides if not o.lstrip("+~").startswith("hydra")])
 
-    set_attr(cli, "compose", lambda overrides, hydra=False: cached(tuple(overrides), hydra))
+    set_attr(launch, "compose", lambda overrides, hydra=False: cached(tuple(overrides), hydra))
     # GPU examples resolve as they would on a machine with CUDA (the slow test skips them without one)
     set_attr(torch.cuda, "is_available", lambda: True)
 

@@ -104,7 +104,7 @@ def written_docs(tmp_path_factory) -> str:
 
 
 def test_repro_docs_lists_every_table(written_docs):
-    from fgx.report.repro import table_names
+    from fgx.tables.spec import table_names
 
     text = written_docs
     names = table_names(REPO / "conf")
@@ -131,7 +131,7 @@ def test_ordering_within_a_group_and_lower_is_better():
     """An ordering may be scoped by `where` (e.g. one privacy level) and may be lower-is-better (MSE)."""
     import pandas as pd
 
-    from fgx.report.repro import compare
+    from fgx.tables.checks import compare
     from fgx.report.table import Report
 
     table = pd.DataFrame({"algorithm": ["dp_dsgd", "mafalda_sgd", "dp_dsgd", "mafalda_sgd"],
@@ -155,7 +155,7 @@ def test_numeric_keys_match_by_value():
     """A target written `1e-5` (or `2`) names the runs whose config printed `1e-05` (or `2.0`)."""
     import pandas as pd
 
-    from fgx.report.repro import compare
+    from fgx.tables.checks import compare
     from fgx.report.table import Report
 
     table = pd.DataFrame({"r_max": ["1e-05", "1e-07", "1e-15"], "mu": ["2.0"] * 3, "n": [3] * 3,
@@ -170,7 +170,7 @@ def test_numeric_keys_match_by_value():
 def test_an_ordering_may_check_another_column():
     import pandas as pd
 
-    from fgx.report.repro import compare
+    from fgx.tables.checks import compare
     from fgx.report.table import Report
 
     table = pd.DataFrame({"algorithm": ["a", "b"], "n": [3, 3], "ndcg_mean": [0.3, 0.2], "ndcg_std": [0.0, 0.0],

@@ -46,6 +46,8 @@ hydra:
 TINY_TARGETS = """paper: Test
 item: Tiny table
 data: generated
+effort: authors
+sources: {local_gcn: the tiny table's values, fedavg_gcn: the tiny table's values}
 metric: best_accuracy
 by: [method]
 floor: 0.0
@@ -74,28 +76,34 @@ def _record(root: Path, name: str = "tiny") -> dict:
 def test_repro_records_the_table_and_its_cells_resolve_to_what_ran(tiny, capsys):
     from fgx.cli import compose
     from fgx.config import validate
-    from fgx.report.repro import cell_config, record_result
+    from fgx.tables.run import record_result
+    from fgx.tables.spec import cell_config
 
-    main(["repro", "tiny", "--out", str(tiny / "out")])
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
     rec = _record(tiny)
     assert sorted((e["overrides"]["method"], e["overrides"]["seed"]) for e in rec["runs"]) == \
         [("fedavg_gcn", "0"), ("fedavg_gcn", "1"), ("local_gcn", "0"), ("local_gcn", "1")]
     for e in rec["runs"]:
-        assert e["command"] == "fgx repro tiny" and e["machine"]["cores"] and "date" in e and "commit" in e
+        # each run's own command, and the table command that launched it; the code it executed
+        assert e["command"].startswith("fgx run ") and "+experiment=tiny" in e["command"]
+        assert e["launched_by"] == "fgx repro tiny --record" and e["machine"]["cores"] and "date" in e and "commit" in e
+        assert "fgx/trainer.py" in e["code"]["files"] and e["code"]["deps"]["torch"]
         # `fgx run +experiment=tiny method=M` resolves to exactly the config the table ran
         assert cell_config("tiny", {"method": e["overrides"]["method"]})[1] == e["config_sha"]
         assert rec["configs"][e["config_sha"]]["algorithm"]["name"] == e["overrides"]["method"].split("_")[0]
     v = validate(compose(["+experiment=tiny", "method=fedavg_gcn"]))
     assert (v.names["algorithm"], v.names["model"], v.params["model"].hidden) == ("fedavg", "gcn", 16)
     res = record_result(tiny / "conf", "tiny")
-    assert res.status == ("reproduced" if all(c.ok for c in res.checks) else "not reproduced")
+    assert res.status == ("reproduced" if all(c.outcome == "holds" for c in res.checks) else
+                          "not reproduced" if any(c.outcome == "fails" for c in res.checks) else "inconclusive")
     assert len([c for c in res.checks if "majority-class" in c.what]) == 2   # the floor, per method
 
 
 def test_a_status_cannot_read_reproduced_when_a_check_fails(tiny):
-    from fgx.report.repro import record_result, reproduction_markdown
+    from fgx.tables.docs import reproduction_markdown
+    from fgx.tables.run import record_result
 
-    main(["repro", "tiny", "--out", str(tiny / "out")])
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
     rec = _record(tiny)
 
     def set_acc(method: str, value: float) -> None:
@@ -111,28 +119,28 @@ def test_a_status_cannot_read_reproduced_when_a_check_fails(tiny):
     res = record_result(tiny / "conf", "tiny")
     assert res.status == "not reproduced" and [c.ok for c in res.checks].count(False) == 1
     doc = reproduction_markdown(tiny / "conf")
-    assert "**not reproduced**" in doc and "fedavg_gcn 0.4000 , local_gcn 0.5000" in doc and "✗ not reproduced" in doc
+    assert "**not reproduced**" in doc and "Δ = -0.1000" in doc and "✗ fails" in doc
 
 
 def test_a_record_goes_stale_when_the_preset_changes(tiny):
-    from fgx.report.repro import record_result
+    from fgx.tables.run import record_result
 
-    main(["repro", "tiny", "--out", str(tiny / "out")])
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
     assert record_result(tiny / "conf", "tiny").stale == []
     f = tiny / "conf" / "experiment" / "tiny.yaml"
     f.write_text(f.read_text().replace("gnn: {hidden: 16", "gnn: {hidden: 32"))
     res = record_result(tiny / "conf", "tiny")
-    assert res.status == "stale" and sorted(res.stale) == ["method=fedavg_gcn", "method=local_gcn"]
+    assert res.status == "stale" and sorted(res.stale) == ["config of method=fedavg_gcn", "config of method=local_gcn"]
 
 
 def test_runs_changed_by_extra_overrides_are_not_recorded(tiny, capsys):
-    assert main(["repro", "tiny", "rounds=2", "seed=0", "--out", str(tiny / "out")]) == 1
+    assert main(["repro", "tiny", "rounds=2", "seed=0", "--record", "--out", str(tiny / "out")]) == 1
     assert not (tiny / "results" / "tiny.json").exists()
     assert "not recorded" in capsys.readouterr().out
 
 
 def test_targets_may_not_type_a_status(tiny):
-    from fgx.report.repro import load_targets
+    from fgx.tables.spec import load_targets
     from fgx.report.runs import ReportError
 
     f = tiny / "conf" / "targets" / "tiny.yaml"
@@ -148,23 +156,31 @@ def test_no_committed_targets_file_types_a_status_or_a_measurement():
         assert not re.search(r"^\s*(status|measured)\s*:", tf.read_text(), re.M), tf.name
 
 
-def test_committed_records_match_their_presets(monkeypatch):
-    """Every committed record was made by the presets as they are now: `fgx run +experiment=T method=M`
-    resolves to the config each recorded run had (a changed default makes the record stale: rerun it)."""
-    from fgx.report.repro import record_result, table_names
+def test_committed_records_say_what_made_them_stale(monkeypatch):
+    """A committed record whose preset, code or libraries changed since its runs is shown stale, with what
+    changed named (the cells whose config differs, the files, the library versions), never as current:
+    a status computed on a stale record is not a result. (Records made before per-run code fingerprints
+    are stale for that reason alone until their table is run again.)"""
+    from fgx.tables.run import record_result
+    from fgx.tables.spec import table_names
 
     monkeypatch.delenv("FGX_RESULTS_DIR")
     conf = REPO / "conf"
     for name in table_names(conf):
         res = record_result(conf, name)
-        assert not res.stale, f"results/{name}.json is stale ({res.stale}): fgx repro {name}"
+        if res.record is None:
+            continue
+        assert (res.status == "stale") == bool(res.stale), name
+        assert all(isinstance(s, str) and s.strip() for s in res.stale), name
+        if "accounting" not in res.record and not all("code" in e for e in res.record["runs"]):
+            assert any("before code fingerprints" in s for s in res.stale), name
 
 
 def test_no_table_averages_configurations_it_does_not_group_by():
     """Every key a table's sweep varies, the seed excepted, is one of its group keys (`by`): otherwise a
     row of the table averages different configurations (the CE-FedGNN Fig. 2 presets once inherited
     Table 1's three-method sweep and grouped by sigma0 alone)."""
-    from fgx.report.repro import load_targets, table_names, table_sweeps
+    from fgx.tables.spec import load_targets, table_names, table_sweeps
 
     conf = REPO / "conf"
     targets = {n: load_targets(conf, n) for n in table_names(conf)}
@@ -175,25 +191,42 @@ def test_no_table_averages_configurations_it_does_not_group_by():
     assert not bad, "\n".join(bad)
 
 
-def test_a_table_that_tuned_only_some_methods_is_not_reproduced(tiny):
-    from fgx.report.repro import record_result
+def test_equal_effort_is_computed_strictly(tiny):
+    """Rows of a comparison given their values differently (some tuned, some not; no declaration; a source
+    left at defaults; tuned files without the tuning record) cannot read 'reproduced'."""
+    from fgx.tables.run import record_result
 
-    main(["repro", "tiny", "--out", str(tiny / "out")])
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
     rec = _record(tiny)
     for e in rec["runs"]:
         e["summary"]["best"]["test"]["accuracy"] = 0.9 if e["overrides"]["method"] == "fedavg_gcn" else 0.5
     (tiny / "results" / "tiny.json").write_text(json.dumps(rec))
-    res = record_result(tiny / "conf", "tiny", check_stale=False)
-    assert res.status == "reproduced" and any(c.what == "equal tuning" and c.ok for c in res.checks)
+
+    def effort():
+        res = record_result(tiny / "conf", "tiny", check_stale=False)
+        return res.status, next(c for c in res.checks if c.what == "equal effort")
+
+    status, c = effort()                                 # declared: the authors' values for both rows
+    assert status == "reproduced" and c.ok and "the authors' values for every row" in c.fgx
+    targets = tiny / "conf" / "targets" / "tiny.yaml"
+    targets.write_text(TINY_TARGETS.replace("fedavg_gcn: the tiny table's values", "fedavg_gcn: fgx defaults"))
+    status, c = effort()
+    assert status == "not reproduced" and c.ok is False and "fedavg_gcn" in c.fgx
+    targets.write_text("\n".join(l for l in TINY_TARGETS.splitlines() if not l.startswith(("effort", "sources"))))
+    status, c = effort()                                 # nothing declared, nothing tuned: not equal effort
+    assert status == "not reproduced" and c.ok is False and "None" in c.fgx
+    targets.write_text(TINY_TARGETS)
     tuned = tiny / "conf" / "tuned" / "tiny"
     tuned.mkdir(parents=True)
     (tuned / "fedavg_gcn.yaml").write_text("# @package _global_\nalgorithm:\n  lr: 0.05\n")
-    res = record_result(tiny / "conf", "tiny", check_stale=False)
-    bad = [c for c in res.checks if c.ok is False]
-    assert res.status == "not reproduced" and [c.what for c in bad] == ["equal tuning"]
-    assert "tuned: fedavg_gcn; preset values: local_gcn" in bad[0].fgx
+    status, c = effort()                                 # one row tuned, the other on the authors' values
+    assert status == "not reproduced" and "tuned files exist for fedavg_gcn" in c.fgx
+    targets.write_text(TINY_TARGETS.replace("effort: authors", "effort: tuned"))
+    status, c = effort()
+    assert c.ok is False and "not tuned by `fgx tune tiny`: fedavg_gcn, local_gcn" in c.fgx   # no trials recorded
     (tuned / "local_gcn.yaml").write_text("# @package _global_\nalgorithm:\n  lr: 0.05\n")
-    assert record_result(tiny / "conf", "tiny", check_stale=False).status == "reproduced"
+    status, c = effort()                                 # files without the trials that chose them
+    assert c.ok is False and "not tuned by `fgx tune tiny`" in c.fgx
 
 
 def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, capsys):
@@ -218,7 +251,7 @@ def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, cap
         assert "fgx tune tiny" in text and "2 points" in text
         assert compose(["+experiment=tiny", f"method={m}"]).algorithm.lr == best["values"]["algorithm.lr"]
     # a second tuning starts from the method's own value, not from the last choice
-    plan = json.loads(json.dumps(__import__("fgx.tune", fromlist=["tune"]).tune(
+    plan = json.loads(json.dumps(__import__("fgx.tables.tune", fromlist=["tune"]).tune(
         tiny / "conf", "tiny", dry_run=True)))
     assert plan["methods"]["local_gcn"]["grid"]["algorithm.lr"] == [0.01, 0.05]
 
@@ -226,7 +259,7 @@ def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, cap
 def test_every_fedgsp_configuration_row_has_a_table_with_same_backbone_controls():
     from fgx.cli import compose
     from fgx.config import validate
-    from fgx.report.repro import load_targets, table_names
+    from fgx.tables.spec import load_targets, table_names
 
     conf = REPO / "conf"
     rows = [n for n in table_names(conf) if n.startswith("fedgsp_")]
@@ -258,7 +291,7 @@ def test_every_fedgsp_configuration_row_has_a_table_with_same_backbone_controls(
 
 def test_fedgsp_table_on_minesweeper_is_one_multirun(data_root, tmp_path, capsys):
     rc = main(["repro", "fedgsp_minesweeper_disj_10", f"data_dir={data_root}", "rounds=2", "seed=0",
-               "--no-record", "--out", str(tmp_path / "t")])
+               "--out", str(tmp_path / "t")])
     out = capsys.readouterr().out
     methods = _fedgsp_methods()
     assert {"fedgsp", "fedgsp_uniform", "local_unifilter", "fedavg_unifilter", "fedper_unifilter", "local_gcn",
@@ -282,7 +315,7 @@ def _fedgsp_methods() -> list[str]:
                                    "fedgsp_minesweeper_ovl_10", "fedgsp_minesweeper_ovl_30",
                                    "fedgsp_minesweeper_ovl_50", "fedgsp_hetero_homophily_disj_10"])
 def test_every_offline_fedgsp_table_runs_for_two_rounds(table, data_root, tmp_path):
-    main(["repro", table, f"data_dir={data_root}", "rounds=2", "seed=0", "--no-record", "--out", str(tmp_path / "t")])
+    main(["repro", table, f"data_dir={data_root}", "rounds=2", "seed=0", "--out", str(tmp_path / "t")])
     summaries = [json.loads(p.read_text()) for p in (tmp_path / "t").glob("*/summary.json")]
     assert len(summaries) == len(_fedgsp_methods()) and all(s["status"] == "completed" for s in summaries)
 
@@ -307,6 +340,6 @@ def test_fedgsp_table_runs_on_a_dataset_outside_the_shared_data(tmp_path, capsys
     file in Tolokers' format stands in for the real one, which users download."""
     _fake_tolokers(tmp_path / "data")
     main(["repro", "fedgsp_tolokers_disj_10", f"data_dir={tmp_path / 'data'}", "rounds=2", "seed=0",
-          "method=fedgsp,fedavg_unifilter,fedavg_gcn", "--no-record", "--out", str(tmp_path / "t")])
+          "method=fedgsp,fedavg_unifilter,fedavg_gcn", "--out", str(tmp_path / "t")])
     out = capsys.readouterr().out
     assert "| fedgsp |" in out and "| fedavg_gcn |" in out and "roc_auc" in out

@@ -101,6 +101,12 @@ class Algorithm:
         raise NotImplementedError
 
     @classmethod
+    def reduces_to(cls, params, top) -> str | None:
+        """The simpler method this configuration computes exactly, with the reason (a table refuses such a
+        row: it cannot differ from that method's row); None when it is the method itself."""
+        return None
+
+    @classmethod
     def check_config(cls, params, validated) -> None:
         """Raise fgx.config.ConfigError for impossible combinations (called before any work)."""
 

@@ -39,6 +39,16 @@ def prox_client_update(state, global_weights: dict, p: FedProxParams, round_seed
 class FedProx(FedAvg):
     client_fn = staticmethod(prox_client_update)
 
+    @classmethod
+    def reduces_to(cls, params, top) -> str | None:
+        if params.mu == 0:
+            return "fedavg: mu = 0"
+        one_step = params.local_steps == 1 if params.local_epochs is None else \
+            (params.local_epochs == 1 and params.batch_size is None)
+        if one_step:
+            return "fedavg: with one local step the proximal term's gradient is zero at the global weights"
+        return None
+
     def round(self, r: int) -> dict[str, float]:
         """FedAvg's round; its diagnostic: the proximal term at the end of local training,
         (μ/2)·‖Δ_i‖² of each received update, mean over clients, against the mean training loss."""

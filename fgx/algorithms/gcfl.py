@@ -71,6 +71,13 @@ class GCFL(FedAvg):
                               f"< rounds ({rounds}): with no round after the warm-up GCFL never uses a split and "
                               f"is FedAvg (null: rounds // 10)")
 
+    @classmethod
+    def reduces_to(cls, params, top) -> str | None:
+        if params.warmup_rounds is not None and top.rounds <= params.warmup_rounds:
+            return (f"fedavg: rounds {top.rounds} ≤ warmup_rounds {params.warmup_rounds}, so no cluster splits "
+                    f"before the run ends")
+        return None
+
     def setup(self) -> None:
         super().setup()
         self.clusters: list[list[int]] = [[s.cid for s in self.states]]

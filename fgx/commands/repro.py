@@ -1,5 +1,6 @@
-"""``fgx repro NAME``: run a paper table as one Hydra multirun, record it in results/NAME.json and
-print it beside the paper's numbers with the computed status."""
+"""``fgx repro NAME``: run a paper table as one Hydra multirun, record it (the output folder, or with
+``--record`` the project's results/NAME.json) and print it beside the paper's numbers with the computed
+status (fgx/tables/)."""
 from __future__ import annotations
 
 import sys
@@ -7,11 +8,13 @@ from pathlib import Path
 
 
 def cmd_repro(args) -> int:
-    from fgx.cli import conf_dir
+    from fgx.launch import conf_dir
     from fgx.outputs import atomic_write_bytes
-    from fgx.report.repro import load_targets, markdown, record_result, reproduce, reproduction_markdown, \
-        table_names
     from fgx.report.runs import ReportError
+    from fgx.tables.docs import reproduction_markdown
+    from fgx.tables.render import markdown
+    from fgx.tables.run import identical_rows, record_result, reproduce
+    from fgx.tables.spec import load_targets, table_names
 
     conf = conf_dir()
     if args.dry_run and args.name:
@@ -21,9 +24,14 @@ def cmd_repro(args) -> int:
             print(f"fgx repro: {e}", file=sys.stderr)
             return 2
         if t["accounting"] is None and not t.get("command"):
-            from fgx.cli import _job_overrides, prevalidate
+            from fgx.launch import _job_overrides, prevalidate
             job = [f"+experiment={args.name}", *args.overrides]
             prevalidate(job, multirun=True)   # exits with the config error of the first bad job
+            same = identical_rows(args.name)
+            if same:
+                print(f"fgx repro: {args.name}: rows that cannot differ from another row: {'; '.join(same)}",
+                      file=sys.stderr)
+                return 2
             print(f"{args.name}: {len(_job_overrides(job, multirun=True))} job(s), all valid")
         else:
             print(f"{args.name}: {'accounting' if t['accounting'] is not None else t['command']}, nothing to compose")
@@ -40,11 +48,12 @@ def cmd_repro(args) -> int:
         if args.list or not args.name:
             for name in table_names(conf):
                 t = load_targets(conf, name)
-                res = record_result(conf, name, t, check_stale=False)
-                print(f"{name:34s} {t['paper']}: {t['item']} [{t['data']}; {res.status}]")
+                res = record_result(conf, name, t)
+                why = f" ({'; '.join(res.stale[:3])}{' …' if len(res.stale) > 3 else ''})" if res.stale else ""
+                print(f"{name:34s} {t['paper']}: {t['item']} [{t['data']}; {res.status}]{why}")
             return 0
         res = reproduce(conf, args.name, out=args.out, overrides=args.overrides,
-                        existing=Path(args.from_dir) if args.from_dir else None, record=not args.no_record)
+                        existing=Path(args.from_dir) if args.from_dir else None, record=args.record)
     except ReportError as e:
         print(f"fgx repro: {e}", file=sys.stderr)
         return 2
@@ -54,15 +63,17 @@ def cmd_repro(args) -> int:
 
 
 def register(sub) -> None:
-    p = sub.add_parser("repro", help="run a paper table (conf/experiment/NAME) as one multirun, record it in "
-                                     "results/NAME.json and compare with the paper (conf/targets/NAME)")
+    p = sub.add_parser("repro", help="run a paper table (conf/experiment/NAME) as one multirun, record it (--record: in "
+                                     "results/NAME.json) and compare with the paper (conf/targets/NAME)")
     p.add_argument("name", nargs="?", help="table name; without it, the list of tables and their statuses")
     p.add_argument("overrides", nargs="*", help="extra Hydra overrides for the runs (e.g. data_dir=..., "
                                                 "hydra/launcher=joblib, method=a,b to run some methods only)")
     p.add_argument("--out", help="output directory (default outputs/repro/NAME/<time>); an existing one keeps "
                                  "its completed runs")
     p.add_argument("--from", dest="from_dir", help="compare existing runs in this directory (never recorded)")
-    p.add_argument("--no-record", action="store_true", help="run and compare, but leave results/NAME.json as it is")
+    p.add_argument("--record", action="store_true", help="merge the completed cells into the project's record "
+                                                         "results/NAME.json (the maintainer's command); without it "
+                                                         "the record goes into the output folder only")
     p.add_argument("--list", action="store_true", help="list the tables and their computed statuses")
     p.add_argument("--dry-run", action="store_true", help="check every job of the table (configs composed and "
                                                            "validated) and run nothing")

@@ -1,5 +1,5 @@
 """``fgx tune TABLE``: every method of a table tuned on the validation split with the same budget;
-the chosen values are written to conf/tuned/TABLE/<method>.yaml (see fgx/tune.py)."""
+the chosen values are written to conf/tuned/TABLE/<method>.yaml (see fgx/tables/tune.py)."""
 from __future__ import annotations
 
 import json
@@ -9,7 +9,7 @@ import sys
 def cmd_tune(args) -> int:
     from fgx.cli import conf_dir
     from fgx.report.runs import ReportError
-    from fgx.tune import tune
+    from fgx.tables.tune import tune
 
     try:
         res = tune(conf_dir(), args.name, methods=args.methods.split(",") if args.methods else None,

@@ -44,12 +44,12 @@ class Grid:
 
 
 def _compose(name: str, extra: list[str]):
-    from fgx.cli import compose
+    from fgx.launch import compose
     return compose([f"+experiment={name}", *extra])
 
 
 def table_methods(conf: Path, name: str) -> list[str]:
-    from fgx.report.repro import table_sweep
+    from fgx.tables.spec import table_sweep
 
     methods = table_sweep(name).get("method")
     if methods is None:
@@ -120,9 +120,9 @@ def score(summary: dict, select: str) -> float | None:
 
 def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: list[str] | None = None,
          out: Path | None = None, dry_run: bool = False) -> dict:
-    from fgx.cli import cmd_run
-    from fgx.report.records import load_record, provenance, results_dir, write_record  # noqa: F401
+    from fgx.launch import run as launch
     from fgx.report.runs import find_runs
+    from fgx.tables.records import provenance, results_dir, write_record
 
     overrides = list(overrides or [])
     check_overrides(overrides)
@@ -142,11 +142,16 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
         old = tuned_path(conf, name, m)
         if old.exists():
             from omegaconf import OmegaConf
-            from fgx.report.repro import _flat
-            extra = sorted(set(_flat(OmegaConf.to_container(OmegaConf.load(old)))) - set(grids[m].keys))
+            from fgx.loggers import flatten
+            extra = sorted(set(flatten(OmegaConf.to_container(OmegaConf.load(old)))) - set(grids[m].keys))
             if extra:
                 raise ReportError(f"{old} sets {extra}, which the grid does not tune; remove the file (or those keys) "
                                   f"before tuning again")
+    hinge = {m: hinge_keys(name, m, spec, grids[m]) for m in all_methods}
+    lacking = {m: [k for k, ok in h.items() if not ok] for m, h in hinge.items() if not all(h.values())}
+    if lacking:
+        raise ReportError(f"{name}: the grid leaves out a knob the comparison hinges on (table.tune.hinge): "
+                          + "; ".join(f"{m}: {', '.join(k)}" for m, k in lacking.items()))
     plan = {"table": name, "select": spec["select"], "seeds": spec["seeds"],
             "trials_per_method": next(iter(sizes.values())) * len(spec["seeds"]),
             "methods": {m: {"grid_source": grids[m].source, "grid": dict(zip(grids[m].keys, grids[m].values))}
@@ -162,7 +167,10 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
     for m in methods:
         g = grids[m]
         sweep = [f"{k}={','.join(_fmt(v) for v in vals)}" for k, vals in zip(g.keys, g.values)]
-        cmd_run(["-m", f"+experiment={name}", f"method={m}", f"seed={','.join(str(s) for s in spec['seeds'])}",
+        from fgx.provenance import launched_by
+
+        with launched_by(command):
+            launch(["-m", f"+experiment={name}", f"method={m}", f"seed={','.join(str(s) for s in spec['seeds'])}",
                  *sweep, f"hydra.sweep.dir={out / m}",
                  # one directory per trial (a table's own subdir, e.g. ${method}_s${seed}, would be shared by
                  # every grid point of a method); the job number is stable, so resume=true skips finished trials
@@ -186,9 +194,33 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
         best = max(done, key=lambda t: sign * t["val"])  # max() keeps the first of equal values: grid order
         write_tuned(conf, name, m, best, g, spec, len(trials), prov)
         tune_record["methods"][m] = {**plan["methods"][m], "trials": trials, "chosen": best["values"],
-                                     "val": best["val"], "select": spec["select"], "seeds": spec["seeds"], **prov}
+                                     "val": best["val"], "select": spec["select"], "seeds": spec["seeds"],
+                                     "hinge": hinge[m], "at_edge": at_edge(g, best["values"]), **prov}
         write_record(conf, f"{name}.tune", tune_record)
     return tune_record
+
+
+def hinge_keys(name: str, method: str, spec: dict, grid: Grid) -> dict[str, bool]:
+    """The ``table.tune.hinge`` keys this method's config has, each with whether its grid tunes it: the
+    knob a comparison hinges on (every BPR method's temperature, FedProx's mu) must be searched."""
+    from omegaconf import OmegaConf
+
+    keys = list(spec.get("hinge") or [])
+    if not keys:
+        return {}
+    base = _compose(name, [f"method={method}"])
+    return {k: k in grid.keys for k in keys if OmegaConf.select(base, k, default=None) is not None}
+
+
+def at_edge(grid: Grid, chosen: dict[str, Any]) -> list[str]:
+    """Numeric keys whose chosen value is the smallest or largest of three or more tried: the optimum may
+    lie outside the grid (the tune record says so; the equal-effort check shows it)."""
+    out = []
+    for k, vals in zip(grid.keys, grid.values):
+        nums = [v for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if len(nums) >= 3 and len(nums) == len(vals) and chosen.get(k) in (min(nums), max(nums)):
+            out.append(k)
+    return out
 
 
 def _same(a: str | None, b: Any) -> bool:

@@ -1,0 +1,135 @@
+"""Where a result came from: the command, the commit, the date, the machine, and the code itself.
+
+Every run writes this into its summary.json (``provenance``), so a table record keeps each run's
+own origin, also when a table is resumed or collected later. ``code`` fingerprints what the run
+executed: a hash of every fgx source file the run had imported and the versions of the libraries
+fgx computes with. A record goes stale when one of those files or versions changes
+(fgx/tables/records.py), not only when a preset does.
+"""
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import platform
+import subprocess
+import sys
+import time
+from importlib import metadata
+from pathlib import Path
+
+LAUNCHED_BY = "FGX_LAUNCHED_BY"     # set by `fgx repro` / `fgx tune` around the jobs they launch
+PACKAGE_DIR = Path(__file__).resolve().parent
+REPO = PACKAGE_DIR.parent
+# the libraries whose version can change a number fgx computes (pyproject's dependencies that compute)
+DEPENDENCIES = ("torch", "torch_geometric", "numpy", "scipy", "scikit-learn", "networkx", "pymetis", "pandas",
+                "dp-accounting", "opacus", "hydra-core", "omegaconf")
+
+
+def file_sha(path: Path) -> str | None:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+    except OSError:
+        return None
+
+
+def loaded_source_files() -> list[str]:
+    """The fgx source files imported in this process, relative to the package's parent (``fgx/trainer.py``).
+    Jobs of one sweep share a process, so a later job also lists what an earlier one imported: a record
+    may go stale for a file one of its runs did not need, never the other way round."""
+    out = set()
+    for mod in list(sys.modules.values()):
+        f = getattr(mod, "__file__", None)
+        if not f:
+            continue
+        p = Path(f).resolve()
+        if p.suffix == ".py" and PACKAGE_DIR in p.parents:
+            out.add(p.relative_to(REPO).as_posix())
+    return sorted(out)
+
+
+def dependency_versions() -> dict[str, str | None]:
+    out = {}
+    for name in DEPENDENCIES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def code_fingerprint(files: list[str] | None = None) -> dict:
+    """``{"files": {path: sha}, "deps": {distribution: version}}`` of this process's fgx code."""
+    files = loaded_source_files() if files is None else files
+    return {"files": {f: file_sha(REPO / f) for f in files}, "deps": dependency_versions()}
+
+
+def code_changes(code: dict) -> list[str]:
+    """What differs between a recorded fingerprint and the code here now: changed or removed files
+    and changed library versions, each named."""
+    now = dependency_versions()
+    out = [f"{f} {'removed' if file_sha(REPO / f) is None else 'changed'}"
+           for f, sha in sorted((code.get("files") or {}).items()) if file_sha(REPO / f) != sha]
+    out += [f"{d} {v} → {now.get(d)}" for d, v in sorted((code.get("deps") or {}).items()) if now.get(d) != v]
+    return out
+
+
+def _git(*args: str) -> str | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def machine() -> dict:
+    import torch
+
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"system": platform.system(), "cpu": cpu, "cores": os.cpu_count(),
+            "omp_threads": os.environ.get("OMP_NUM_THREADS"), "python": platform.python_version(),
+            "torch": torch.__version__, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+
+
+def provenance(command: str) -> dict:
+    """The command, the commit (and whether fgx/ or conf/ had uncommitted changes), the date, the machine."""
+    commit = _git("rev-parse", "--short=12", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "fgx", "conf") if commit else None
+    out = {"command": command, "commit": commit, "dirty": bool(dirty) if dirty is not None else None,
+           "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine()}
+    if os.environ.get(LAUNCHED_BY):
+        out["launched_by"] = os.environ[LAUNCHED_BY]
+    return out
+
+
+def run_command() -> str:
+    """The `fgx run` command line of the current Hydra job (its own overrides, also inside a sweep)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            return " ".join(["fgx run", *HydraConfig.get().overrides.task])
+    except Exception:  # noqa: BLE001 - only a label
+        pass
+    return " ".join(["fgx", *sys.argv[1:]])
+
+
+@contextlib.contextmanager
+def launched_by(command: str):
+    """Each run launched inside keeps, beside its own `fgx run` command, the table command that launched it."""
+    old = os.environ.get(LAUNCHED_BY)
+    os.environ[LAUNCHED_BY] = command
+    try:
+        yield
+    finally:
+        if old is None:
+            os.environ.pop(LAUNCHED_BY, None)
+        else:
+            os.environ[LAUNCHED_BY] = old

@@ -1,0 +1,361 @@
+"""The checks of a table and its computed status.
+
+A table's status is never typed: it is computed here from a record (or run directories) and the
+targets. Checks: paper values within a tolerance; orderings, decided pair by pair on paired seeds
+(fgx/tables/stats.py: holds, fails or inconclusive); a floor over the trivial predictor; equal effort
+(every method given its values the same way); and whether the methods were still improving at the
+end of the protocol. Only "holds" counts toward "reproduced".
+"""
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fgx.tables.stats import TEST_NAME, paired_outcome
+
+_OUTCOME_OF = {True: "holds", False: "fails", None: "shown"}
+
+
+@dataclass
+class Check:
+    what: str
+    paper: str
+    fgx: str
+    ok: bool | None          # True: holds; False: fails; None: shown only, or inconclusive (see outcome)
+    outcome: str = ""        # holds | fails | inconclusive | shown
+
+    def __post_init__(self):
+        if not self.outcome:
+            self.outcome = _OUTCOME_OF[self.ok]
+
+
+@dataclass
+class ReproResult:
+    name: str
+    targets: dict
+    table_markdown: str
+    checks: list[Check] = field(default_factory=list)
+    problems: str = ""
+    out_dir: Path | None = None
+    files: list[Path] = field(default_factory=list)
+    stale: list[str] = field(default_factory=list)      # what changed since the record: configs, code, targets
+    record: dict | None = None
+    extra: dict = field(default_factory=dict)          # the table as JSON rows, the metric compared
+    notes: list[str] = field(default_factory=list)     # e.g. methods still improving at the end
+
+    def count(self, outcome: str) -> int:
+        return sum(c.outcome == outcome for c in self.checks)
+
+    @property
+    def verdict(self) -> str:
+        decided = [c for c in self.checks if c.outcome != "shown"]
+        if not decided:
+            return "no checks"
+        if all(c.outcome == "holds" for c in decided):
+            return "all checks hold"
+        parts = [f"{self.count('holds')}/{len(decided)} checks hold"]
+        parts += [f"{self.count(o)} {o}" for o in ("fails", "inconclusive") if self.count(o)]
+        return ", ".join(parts)
+
+    @property
+    def status(self) -> str:
+        """Computed, never typed: reproduced only when every check holds on a record that is current."""
+        if self.record is None:
+            return "not yet run"
+        if self.stale:
+            return "stale"
+        decided = [c.outcome for c in self.checks if c.outcome != "shown"]
+        if not decided:
+            return "shown only"
+        if "fails" in decided:
+            return "not reproduced"
+        if "inconclusive" in decided:
+            return "inconclusive"
+        return "reproduced"
+
+
+def _group_means(rep, metric: str) -> list[tuple[dict, float, float, int]]:
+    out = []
+    for _, row in rep.table.iterrows():
+        out.append(({b: str(row[b]) for b in rep.by}, float(row[f"{metric}_mean"]),
+                    float(row[f"{metric}_std"]), int(row["n"])))
+    return out
+
+
+def _canon(v) -> str:
+    """A config value as the checks compare it: numbers by value (a target's `1e-5` is the run's `1e-05`)."""
+    try:
+        return repr(float(v))
+    except (TypeError, ValueError):
+        return str(v)
+
+
+def _seed_values(rep, metric: str) -> dict[tuple, dict[str, float]]:
+    """Per group (its by-values), the metric of each seed: what a paired comparison pairs."""
+    from fgx.report.runs import frame
+
+    df = frame(rep.runs, rep.by)
+    out: dict[tuple, dict[str, float]] = {}
+    if df.empty or metric not in df.columns:
+        return out
+    for _, row in df.iterrows():
+        key = tuple(str(row[b]) for b in rep.by)
+        out.setdefault(key, {})[str(row["seed"])] = float(row[metric])
+    return out
+
+
+def base_metric(metric: str) -> str:
+    """The metric a reported column is computed from (`best_client_accuracy` -> `accuracy`)."""
+    for prefix in ("best_client_", "best_"):
+        if metric.startswith(prefix):
+            return metric[len(prefix):]
+    return metric
+
+
+def sampling_error(runs: list, groups: list[dict], by: list[str], metric: str) -> float | None:
+    """The mean bootstrap standard error over test items (summary ``sampling_se``) of the runs of these
+    groups; None when the runs did not measure it (tasks whose algorithm computes its own metrics)."""
+    from fgx.report.runs import group_label
+
+    want = {tuple(str(g[b]) for b in by) for g in groups}
+    vals = []
+    for r in runs:
+        se = (r.summary.get("sampling_se") or {}).get(base_metric(metric)) if r.status == "completed" else None
+        if isinstance(se, (int, float)) and se == se and tuple(str(x) for x in group_label(r, by)) in want:
+            vals.append(float(se))
+    return statistics.mean(vals) if vals else None
+
+
+def compare(rep, t: dict, metric: str) -> list[Check]:
+    """Paper values (within a tolerance) and orderings (pair by pair on paired seeds)."""
+    groups = _group_means(rep, metric)
+    checks = []
+    for row in t.get("rows") or []:
+        where = {k: str(v) for k, v in row["where"].items()}
+        hit = [g for g in groups if all(_canon(g[0].get(k)) == _canon(v) for k, v in where.items())]
+        label = ", ".join(f"{k}={v}" for k, v in where.items())
+        paper = row.get("paper")
+        paper_s = "-" if paper is None else f"{paper:.4f}" if isinstance(paper, (int, float)) else str(paper)
+        if not hit:
+            checks.append(Check(f"{metric} of {label}", paper_s, "no completed run", False))
+            continue
+        _, mean, std, n = hit[0]
+        tol = row.get("tolerance")
+        ok = None if tol is None or paper is None else abs(mean - float(paper)) <= float(tol)
+        std_s = f" ± {std:.4f}" if n > 1 and std == std else ""
+        what = f"{metric} of {label}" + (f" (|Δ| ≤ {tol})" if tol is not None else "")
+        checks.append(Check(what, paper_s, f"{mean:.4f}{std_s}", ok))
+    for o in t.get("ordering") or []:
+        checks += ordering_checks(rep, o, o.get("metric", metric))
+    return checks
+
+
+def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
+    """One check per adjacent pair of ``o['order']`` (a ≥ b, b ≥ c, ...), each decided on the seeds both
+    ran (fgx/tables/stats.py), with the mean paired difference and its interval shown."""
+    key, order = o["key"], [str(x) for x in o["order"]]
+    where = {k: str(v) for k, v in (o.get("where") or {}).items()}
+    lower = bool(o.get("lower_is_better", False))
+    sign = " ≤ " if lower else " ≥ "
+    scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
+    per_seed = _seed_values(rep, metric)
+    chosen: dict[str, tuple[dict, dict]] = {}
+    for g, *_ in _group_means(rep, metric):
+        if key in g and all(_canon(g.get(k)) == _canon(v) for k, v in where.items()):
+            chosen.setdefault(_canon(g[key]), (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {})))
+    missing = [x for x in order if _canon(x) not in chosen]
+    if missing:
+        return [Check(f"ordering of {metric} by {key}{scope}", sign.join(order), f"missing {missing}", False)]
+    out = []
+    for a, b in zip(order, order[1:]):
+        (ga, va), (gb, vb) = chosen[_canon(a)], chosen[_canon(b)]
+        se = sampling_error(rep.runs, [ga, gb], rep.by, metric)
+        p = paired_outcome(va, vb, lower_is_better=lower, sampling_error=se)
+        ok = {"holds": True, "fails": False}.get(p.outcome)
+        out.append(Check(f"{metric}: {a}{sign}{b}{scope}", f"{a}{sign}{b}", p.describe(), ok, p.outcome))
+    return out
+
+
+def _with_main(t: dict, main: str) -> dict:
+    t = dict(t)
+    if isinstance(t.get("metric"), str):
+        t["metric"] = t["metric"].replace("{main}", main)
+    t["ordering"] = [{**o, "metric": o["metric"].replace("{main}", main)} if o.get("metric") else o
+                     for o in t.get("ordering") or []]
+    return t
+
+
+def floor_checks(rep, runs: list, metric: str, margin: float) -> list[Check]:
+    """Every group must clear the trivial predictor by ``margin``: for accuracy the test split's
+    majority-class rate (summary data.test_majority_rate), for ROC-AUC 0.5."""
+    import statistics
+
+    from fgx.report.runs import group_label
+
+    groups = _group_means(rep, metric)
+    key = lambda g: tuple(g[b] for b in rep.by)
+    if "roc_auc" in metric:
+        trivial = {key(g): 0.5 for g, *_ in groups}
+        label = "ROC-AUC 0.5"
+    elif "accuracy" in metric:
+        rates: dict[tuple, list[float]] = {}
+        for r in runs:
+            v = (r.summary.get("data") or {}).get("test_majority_rate")
+            if r.status == "completed" and isinstance(v, (int, float)):
+                rates.setdefault(tuple(str(x) for x in group_label(r, rep.by)), []).append(float(v))
+        trivial = {k: statistics.mean(v) for k, v in rates.items()}
+        label = "the majority-class rate"
+    else:
+        return []
+    out = []
+    for g, mean, _, _ in groups:
+        if key(g) not in trivial:
+            continue
+        floor = trivial[key(g)] + margin
+        what = f"{', '.join(f'{k}={v}' for k, v in g.items())}: {metric} ≥ {label} + {margin:g}"
+        out.append(Check(what, f"≥ {floor:.4f}", f"{mean:.4f}", mean >= floor))
+    return out
+
+
+
+# the optimisation values rows must share under `table.effort: shared` (when two or more rows have them)
+SHARED_KEYS = ("rounds", "algorithm.lr", "algorithm.weight_decay", "algorithm.optimizer", "algorithm.local_steps",
+               "algorithm.local_epochs", "algorithm.batch_size", "model")
+EFFORTS = ("tuned", "shared", "authors")
+
+
+def row_key(sweep: dict) -> str | None:
+    """The key whose values are a table's rows (methods): `method`, else a swept `algorithm`."""
+    return "method" if "method" in sweep else "algorithm" if "algorithm" in sweep else None
+
+
+def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep: dict) -> Check | None:
+    """Equal effort, strictly: the rows of one comparison were given their values the same way, as the
+    targets declare in ``effort`` (``tune``: the preset's ``table.tune``) and the files show:
+
+    - ``tuned``: every row has a `fgx tune` file (conf/tuned/NAME/) from the same number of trials, and
+      each grid holds every `table.tune.hinge` key the row's config has (the knob the comparison hinges
+      on: a BPR temperature, FedProx's mu); choices at a grid edge are named;
+    - ``shared``: ablations of one method; every row runs the same optimisation values (checked here);
+    - ``authors``: ``sources`` names, for every row, where its values come from, none "defaults".
+
+    No declaration, some rows tuned and others not, unequal budgets, a missing source: fails. None for a
+    table without several rows to compare (a parameter sweep of one method)."""
+    key = row_key(sweep)
+    rows = sorted({e["overrides"][key] for e in record.get("runs", []) if key and key in e.get("overrides", {})})
+    if len(rows) < 2:
+        return None
+    from fgx.tables.records import results_dir
+    from fgx.tables.tune import tuned_path
+
+    what, paper = "equal effort", "every row given its values the same way"
+    effort = t.get("effort")
+    tuned_files = [m for m in rows if key == "method" and tuned_path(conf, name, m).exists()]
+    if effort not in EFFORTS:
+        return Check(what, paper, f"effort (targets) is {effort!r}, not one of {list(EFFORTS)}"
+                     + (f"; tuned: {', '.join(tuned_files)}" if tuned_files else ""), False)
+    if effort == "tuned":
+        tune_file = results_dir(conf) / f"{name}.tune.json"
+        tuned = json.loads(tune_file.read_text()).get("methods", {}) if tune_file.exists() else {}
+        left = [m for m in rows if m not in tuned_files or m not in tuned]
+        if key != "method" or left:
+            return Check(what, paper, f"declared tuned; not tuned by `fgx tune {name}`: {', '.join(left or rows)}",
+                         False)
+        trials = {m: len(tuned[m].get("trials", [])) for m in rows}
+        if len(set(trials.values())) > 1:
+            return Check(what, paper, f"unequal tuning budgets (trials: {trials})", False)
+        hinge = list((tune or {}).get("hinge") or [])
+        lacking = []
+        if hinge:
+            for m in rows:
+                h = tuned[m].get("hinge")
+                lacking += [f"{m}: tuned before hinge keys were recorded"] if h is None else \
+                    [f"{m}: {k}" for k, in_grid in h.items() if not in_grid]
+        if lacking:
+            return Check(what, paper, f"the grid leaves out the knob the comparison hinges on ({'; '.join(lacking)})",
+                         False)
+        edges = [f"{m} {k}" for m in rows for k in tuned[m].get("at_edge", [])]
+        return Check(what, paper, f"every row tuned by `fgx tune {name}` ({next(iter(trials.values()))} trials each"
+                     + (f"; hinge keys {hinge}" if hinge else "") + ")"
+                     + (f"; chosen at a grid edge: {', '.join(edges)}" if edges else ""), True)
+    if tuned_files:
+        return Check(what, paper, f"declared {effort}, but tuned files exist for {', '.join(tuned_files)}", False)
+    if effort == "authors":
+        sources = t.get("sources") or {}
+        bad = [m for m in rows if not str(sources.get(m) or "").strip() or "default" in str(sources.get(m)).lower()]
+        if bad:
+            return Check(what, paper, f"no authors' source for {', '.join(bad)} (sources in the targets)", False)
+        return Check(what, paper, "the authors' values for every row: " +
+                     "; ".join(f"{m}: {sources[m]}" for m in rows), True)
+    # shared: every row resolves to the same optimisation values
+    configs = record.get("configs") or {}
+    by_row: dict[str, dict] = {}
+    for e in record.get("runs", []):
+        c = configs.get(e.get("config_sha"))
+        if key in e.get("overrides", {}) and isinstance(c, dict):
+            by_row.setdefault(e["overrides"][key], c)
+    differ = []
+    for k in SHARED_KEYS:
+        vals = {m: _select(c, k) for m, c in by_row.items()}
+        present = {m: v for m, v in vals.items() if v is not None}
+        if len(present) > 1 and len({json.dumps(v, sort_keys=True, default=str) for v in present.values()}) > 1:
+            differ.append(k)
+    if differ or len(by_row) < len(rows):
+        return Check(what, paper, f"declared shared, but rows differ in {differ}" if differ else
+                     "declared shared; some rows' configs are missing from the record", False)
+    return Check(what, paper, f"one method's ablations on the same values ({', '.join(SHARED_KEYS)})", True)
+
+
+def _select(cfg: dict, dotted: str):
+    node = cfg
+    for part in dotted.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def progress_notes(record: dict, sweep: dict, threshold: float = 0.005) -> list[str]:
+    """Rows whose validation score still improved by more than ``threshold`` (mean over seeds) in the last
+    10 % of rounds: under-trained at the table's protocol. Shown with every table."""
+    key = row_key(sweep) or "table"
+    gains: dict[str, list[float]] = {}
+    for e in record.get("runs", []):
+        g = (e.get("progress") or {}).get("gain_last_10pct")
+        if isinstance(g, (int, float)):
+            gains.setdefault(e.get("overrides", {}).get(key, "-"), []).append(float(g))
+    climbing = {m: statistics.mean(v) for m, v in gains.items() if statistics.mean(v) > threshold}
+    out = []
+    if gains:
+        out.append("Validation gain in the last 10 % of rounds (mean over seeds): " +
+                   ", ".join(f"{m} {statistics.mean(v):+.4f}" for m, v in sorted(gains.items())) + ".")
+    if climbing:
+        out.append(f"Still improving at the end (gain > {threshold:g}): {', '.join(sorted(climbing))}; "
+                   f"these rows are under-trained at this protocol.")
+    return out
+
+
+def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
+    """The table (mean ± std per group) and the checks of ``t`` over ``runs`` (run directories or a
+    record's runs). ``{main}`` in a metric name stands for the runs' main metric."""
+    from fgx.report.table import build_report, default_metric, problems_text, render
+
+    main = default_metric(runs) if any(r.status == "completed" for r in runs) else "?"
+    t = _with_main(t, main)
+    metric = t.get("metric")
+    extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
+    metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
+    rep = build_report(runs, by=t.get("by"), metrics=metrics or None)
+    metric = metric or rep.metrics[0] if rep.metrics else metric
+    checks = compare(rep, t, metric) if rep.metrics else []
+    if t.get("floor") is not None and rep.metrics:
+        checks += floor_checks(rep, runs, metric, float(t["floor"]))
+    res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep))
+    res.extra = {"table": json.loads(rep.table.to_json(orient="records")), "metric": metric}
+    if t.get("ordering"):
+        res.notes.append(f"Orderings: {TEST_NAME} over paired seeds (same partition, split and initialisation); "
+                         f"holds/fails when the interval excludes 0, inconclusive otherwise or when the gap is "
+                         f"below the test split's bootstrap sampling error.")
+    return res

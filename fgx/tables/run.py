@@ -1,0 +1,229 @@
+"""Running a table: ``fgx repro NAME`` launches the preset's sweep as one Hydra multirun (through
+fgx.launch, the library call `fgx run` uses), collects the completed cells into a record with each
+run's own provenance, and computes the table's checks and status from that record.
+
+Records are the project's evidence: they are written into the repository (``results/NAME.json``)
+only when asked (``fgx repro NAME --record``); otherwise a run's record goes into its output folder
+(``<out>/NAME.json``), so a user's reruns never edit the project's records.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from fgx.provenance import launched_by
+from fgx.report.runs import ReportError
+from fgx.tables.accounting import run_accounting
+from fgx.tables.checks import Check, ReproResult, effort_check, progress_notes, row_key, table_from_runs
+from fgx.tables.render import markdown
+from fgx.tables.records import code_staleness, load_record, merge, provenance, results_dir, run_entry, write_record
+from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, targets_sha
+
+
+def _stamp() -> str:
+    return time.strftime("%Y-%m-%d_%H-%M-%S")
+
+
+def stale_cells(conf: Path, name: str, record: dict) -> list[str]:
+    """Cells of the record whose config differs from what the preset resolves to now."""
+    keys = sweep_keys(conf, name)
+    stale, cache = [], {}
+    for e in record.get("runs", []):
+        cell = {k: v for k, v in e["overrides"].items() if k in keys and k != "seed"}
+        label = " ".join(f"{k}={v}" for k, v in cell.items()) or name
+        ck = json.dumps(cell, sort_keys=True)
+        if ck not in cache:
+            try:
+                cache[ck] = cell_config(name, cell)[1]
+            except Exception as exc:  # noqa: BLE001 - a cell that no longer composes is stale, with the reason
+                cache[ck] = f"error: {exc}"
+        if cache[ck] != e.get("config_sha") and label not in stale:
+            stale.append(label)
+    return stale
+
+
+def _preset_table(name: str) -> dict:
+    from omegaconf import OmegaConf
+
+    from fgx.launch import compose
+
+    cfg = compose([f"+experiment={name}"])
+    return OmegaConf.to_container(cfg.table, resolve=True) if cfg.get("table") is not None else {}
+
+
+def result_of_record(conf: Path, name: str, record: dict | None, t: dict | None = None,
+                     check_stale: bool = True) -> ReproResult:
+    """A table's result computed from a record alone (no record: 'not yet run'). Stale when a cell's
+    config, a source file or library its runs used, or (accounting) the targets changed since."""
+    t = t or load_targets(conf, name)
+    if record is None:
+        return ReproResult(name, t, "(no record yet: run `fgx repro " + name + " --record`)")
+    if "accounting" in record:
+        acc = record["accounting"]
+        res = ReproResult(name, t, acc["table_markdown"], [Check(**c) for c in acc["checks"]], record=record)
+        if check_stale and record.get("targets_sha") != targets_sha(t):
+            res.stale = ["the targets (changed since the record)"]
+        return res
+    from fgx.tables.records import record_runs
+
+    res = table_from_runs(name, t, record_runs(record))
+    res.record = record
+    sweep = table_sweep(name)
+    if check_stale:
+        res.stale = [f"config of {c}" for c in stale_cells(conf, name, record)]
+        res.stale += [f"code: {c}" for c in code_staleness(record)]
+    effort = effort_check(conf, name, record, t, _preset_table(name).get("tune") or {}, sweep)
+    if effort is not None:
+        res.checks.append(effort)
+    res.notes += progress_notes(record, sweep)
+    return res
+
+
+def record_result(conf: Path, name: str, t: dict | None = None, check_stale: bool = True) -> ReproResult:
+    """A table's result from its committed record (results/NAME.json)."""
+    return result_of_record(conf, name, load_record(conf, name), t, check_stale)
+
+
+def identical_rows(name: str) -> list[str]:
+    """Rows of the table that cannot differ from another: an algorithm whose resolved settings reduce it
+    to a simpler method (GCFL that never splits, FedProx with one local step: ``reduces_to``), or two
+    rows that resolve to the same config apart from their name."""
+    from fgx.config import ConfigError, config_fingerprint, validate
+    from fgx.launch import compose
+
+    sweep = table_sweep(name)
+    key = row_key(sweep)
+    if key is None:
+        return []
+    problems, seen = [], {}
+    for value in [v.strip() for v in str(sweep[key]).split(",") if v.strip()]:
+        cfg = compose([f"+experiment={name}", f"{key}={value}"])
+        try:
+            v = validate(cfg)
+        except ConfigError as e:           # e.g. GCFL whose warm-up outlasts the run
+            problems.append(f"{key}={value}: {e}")
+            continue
+        why = v.entries["algorithm"].obj.reduces_to(v.params["algorithm"], v.top)
+        if why:
+            problems.append(f"{key}={value} is {why}")
+        c, _ = config_fingerprint(cfg)
+        c.pop("method", None)
+        sha = json.dumps(c, sort_keys=True, default=str)
+        if sha in seen:
+            problems.append(f"{key}={value} resolves to the same config as {key}={seen[sha]}")
+        seen.setdefault(sha, value)
+    return problems
+
+
+def collect(conf: Path, name: str, run_root: Path, command: str) -> tuple[list[dict], dict, list[str]]:
+    """Record entries for the completed runs under ``run_root`` that are cells of the table as the
+    preset defines them (a run whose config was changed by extra overrides is not a table cell)."""
+    from omegaconf import OmegaConf
+
+    from fgx.config import config_fingerprint
+    from fgx.report.runs import find_runs
+
+    keys, prov = sweep_keys(conf, name), provenance(command)
+    entries, configs, refused = [], {}, []
+    for run in find_runs([run_root]):
+        if run.status != "completed":
+            continue
+        cell = {k: v for k, v in run.overrides.items() if k in keys and k != "seed"}
+        want, want_sha = cell_config(name, cell)
+        if run.summary.get("config_sha") != want_sha:
+            got = config_fingerprint(OmegaConf.load(run.path / ".hydra" / "config.yaml"))[0]
+            diff = [k for k in sorted(set(_flat(want)) | set(_flat(got))) if _flat(want).get(k) != _flat(got).get(k)]
+            refused.append(f"{run.path.name} ({', '.join(diff[:4]) or 'config'} differ from the preset)")
+            continue
+        configs[want_sha] = want
+        entries.append(run_entry(run, prov))
+    return entries, configs, refused
+
+
+def _flat(d: dict) -> dict:
+    from fgx.loggers import flatten
+    return flatten(d)
+
+
+def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[str] | None = None,
+              existing: Path | None = None, record: bool = False) -> ReproResult:
+    """Run the table (or compare runs that exist), write its record and compute its status.
+    ``record``: merge into the project's record results/NAME.json; otherwise the record of this
+    invocation is written into the output folder only."""
+    from fgx.launch import run as launch
+
+    t = load_targets(conf, name)
+    out = Path(out) if out else Path("outputs") / "repro" / name / _stamp()
+    command = " ".join(["fgx repro", name, *(overrides or []), *(["--record"] if record else [])])
+    if t["accounting"] is not None:
+        res = run_accounting(name, t, out)
+        res.record = {"table": name, "targets_sha": targets_sha(t), **provenance(command),
+                      "accounting": {"table_markdown": res.table_markdown,
+                                     "checks": [c.__dict__ for c in res.checks]}}
+        res.files.append(write_record(conf, name, res.record) if record else _write_local(out, name, res.record))
+        res.files += _write(res, out, res.extra)
+        return res
+    if existing is not None:       # compare runs made elsewhere: shown, never recorded
+        res = table_from_runs(name, t, _runs(Path(existing)))
+        res.files += _plot(name, t, Path(existing), res.extra.get("metric"))
+        res.files += _write(res, Path(existing), res.extra)
+        return res
+    same = identical_rows(name)
+    if same:
+        raise ReportError(f"{name}: rows that cannot differ from another row: {'; '.join(same)}. Change the "
+                          f"preset (e.g. a GCFL warm-up that ends inside the run, FedProx with several local steps)")
+    # resume=true: in an output directory that already holds some of the table's runs (an interrupted
+    # `fgx repro NAME --out DIR`), completed jobs with the same config are kept, not run again
+    with launched_by(command):
+        launch(["-m", f"+experiment={name}", f"hydra.sweep.dir={out}", "resume=true", *(overrides or [])])
+    entries, configs, refused = collect(conf, name, out, command)
+    if entries:
+        base = load_record(conf, name) if record else None
+        merged = merge(base, name, entries, configs)
+        path = write_record(conf, name, merged) if record else _write_local(out, name, merged)
+        res = result_of_record(conf, name, merged, t)
+        res.files.append(path)
+    else:
+        res = table_from_runs(name, t, _runs(out))
+    if refused:
+        res.problems = (res.problems + "\n" if res.problems else "") + \
+            "not recorded (not a cell of the table as the preset defines it): " + "; ".join(refused)
+    res.files += _plot(name, t, out, res.extra.get("metric"))
+    res.files += _write(res, out, res.extra)
+    return res
+
+
+def _write_local(out: Path, name: str, rec: dict) -> Path:
+    from fgx.outputs import atomic_write_bytes, dumps
+
+    p = Path(out) / f"{name}.json"
+    p.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(p, (dumps(rec) + "\n").encode())
+    return p
+
+
+def _runs(root: Path) -> list:
+    from fgx.report.runs import find_runs
+    return find_runs([root])
+
+
+def _plot(name: str, t: dict, run_root: Path, metric: str | None) -> list[Path]:
+    if not t.get("plot") or not metric:
+        return []
+    from fgx.report.plots import plot
+    p = dict(t["plot"])
+    kind = p.pop("kind")
+    return [plot([run_root], kind=kind, output=str(run_root / f"{name}_{kind}.png"), metric=metric, **p)]
+
+
+def _write(res: ReproResult, out_dir: Path, extra: dict) -> list[Path]:
+    from fgx.outputs import RunDir, atomic_write_bytes
+
+    rd = RunDir(out_dir)
+    rd.write_json("repro.json", {"name": res.name, "paper": res.targets["paper"], "item": res.targets["item"],
+                                 "data": res.targets["data"], "verdict": res.verdict, "status": res.status,
+                                 "checks": [c.__dict__ for c in res.checks], "notes": res.notes, **extra})
+    atomic_write_bytes(rd.file("repro.md"), (markdown(res) + "\n").encode())
+    return [rd.file("repro.json"), rd.file("repro.md")]

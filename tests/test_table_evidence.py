@@ -1,0 +1,256 @@
+"""What decides a table's status: orderings on paired seeds with three outcomes, the test split's own
+sampling error, each run's own provenance, staleness by code, and rows that cannot differ refused."""
+from __future__ import annotations
+
+import ast
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from fgx.cli import main
+from fgx.tables.stats import paired_outcome
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def test_a_gap_inside_seed_noise_is_inconclusive_and_a_reversed_one_fails():
+    a = {0: 0.84, 1: 0.80, 2: 0.86, 3: 0.79, 4: 0.85}
+    noisy = {0: 0.83, 1: 0.82, 2: 0.84, 3: 0.81, 4: 0.83}          # mean gap 0.002, differences of both signs
+    assert paired_outcome(a, noisy).outcome == "inconclusive"
+    better = {s: v + 0.03 + 0.001 * s for s, v in a.items()}
+    assert paired_outcome(better, a).outcome == "holds"
+    p = paired_outcome(a, better)                                   # the claim a >= better, reversed
+    assert p.outcome == "fails" and p.high < 0 < -p.low
+    # lower is better: the claim is about the smaller value
+    assert paired_outcome(a, better, lower_is_better=True).outcome == "holds"
+    # one paired seed, or none: no test
+    assert paired_outcome({0: 0.9}, {0: 0.1}).outcome == "inconclusive"
+    assert paired_outcome({0: 0.9}, {1: 0.1}).outcome == "inconclusive"
+    # a consistent gap below the test split's sampling error decides nothing
+    assert paired_outcome(better, a, sampling_error=0.05).outcome == "inconclusive"
+    assert paired_outcome(better, a, sampling_error=0.01).outcome == "holds"
+
+
+def test_the_interval_is_the_paired_t_interval():
+    from scipy import stats
+
+    a = {0: 0.70, 1: 0.74, 2: 0.71, 3: 0.69}
+    b = {0: 0.66, 1: 0.73, 2: 0.69, 3: 0.64}
+    p = paired_outcome(a, b)
+    r = stats.ttest_rel([a[s] for s in a], [b[s] for s in b])
+    low, high = r.confidence_interval(0.95)
+    assert p.low == pytest.approx(low) and p.high == pytest.approx(high) and p.n == 4
+
+
+def test_an_ordering_check_pairs_seeds_and_uses_the_runs_sampling_error():
+    from fgx.report.runs import Run
+    from fgx.report.table import build_report
+    from fgx.tables.checks import ordering_checks
+
+    def run(method, seed, acc, se):
+        return Run(Path(f"{method}{seed}"), "completed", {"method": method, "seed": str(seed)},
+                   {"final": {"accuracy": acc}, "seed": seed, "main_metric": "accuracy",
+                    "sampling_se": {"accuracy": se}})
+
+    # the gap is the same on every seed (paired) though the seeds differ a lot (unpaired noise)
+    runs = [run("x", s, 0.5 + 0.1 * s + 0.02, 0.005) for s in range(4)] + \
+        [run("y", s, 0.5 + 0.1 * s, 0.005) for s in range(4)]
+    rep = build_report(runs, by=["method"], metrics=["accuracy"])
+    [c] = ordering_checks(rep, {"key": "method", "order": ["x", "y"]}, "accuracy")
+    assert c.outcome == "holds" and "Δ = +0.0200" in c.fgx
+    # the same gap on a split whose sampling error is larger than it: not decided
+    runs = [Run(r.path, r.status, r.overrides, {**r.summary, "sampling_se": {"accuracy": 0.05}}) for r in runs]
+    [c] = ordering_checks(build_report(runs, by=["method"], metrics=["accuracy"]),
+                          {"key": "method", "order": ["x", "y"]}, "accuracy")
+    assert c.outcome == "inconclusive" and "sampling error" in c.fgx
+
+
+def test_the_bootstrap_sampling_error_shrinks_with_the_split():
+    import torch
+
+    from fgx.metrics import bootstrap_standard_error
+
+    g = torch.Generator().manual_seed(0)
+
+    def se(n):
+        y = torch.randint(0, 2, (n,), generator=g)
+        scores = torch.nn.functional.one_hot(torch.where(torch.rand(n, generator=g) < 0.8, y, 1 - y), 2).float()
+        client = torch.arange(n) % 2
+        return bootstrap_standard_error(scores, y, client, 2, 2, 1, ("accuracy",))["accuracy"]
+
+    small, large = se(100), se(10_000)
+    # accuracy 0.8 on two clients of n/2 items: about sqrt(0.16 / n)
+    assert small == pytest.approx((0.16 / 100) ** 0.5, rel=0.35)
+    assert large == pytest.approx((0.16 / 10_000) ** 0.5, rel=0.35) and large < small / 5
+
+
+TINY_TABLE = """# @package _global_
+defaults:
+  - _self_
+  - /method: local_gcn
+  - optional /tuned@_global_: ${experiment}/${method}
+  - override /dataset: csbm
+  - override /partitioner: random
+dataset: {num_nodes: 200, num_features: 8}
+partitioner: {num_clients: 2}
+rounds: 3
+eval_every: 1
+output: {checkpoint: false, progress: "off"}
+table:
+  gnn: {hidden: 8, lr: 0.01, weight_decay: 5.0e-4}
+hydra:
+  sweep:
+    subdir: ${method}_s${seed}
+  sweeper:
+    params:
+      method: local_gcn,fedavg_gcn
+      seed: 0,1
+"""
+TINY_TARGETS = """paper: Test
+item: Tiny
+data: generated
+metric: accuracy
+by: [method]
+effort: authors
+sources: {local_gcn: tiny, fedavg_gcn: tiny, gcfl_gcn: tiny, fedprox_gcn: tiny}
+ordering:
+  - {key: method, order: [fedavg_gcn, local_gcn]}
+"""
+
+
+@pytest.fixture
+def tiny(tmp_path, monkeypatch):
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf)
+    (conf / "experiment" / "tiny.yaml").write_text(TINY_TABLE)
+    (conf / "targets" / "tiny.yaml").write_text(TINY_TARGETS)
+    monkeypatch.setenv("FGX_CONF_DIR", str(conf))
+    monkeypatch.setenv("FGX_RESULTS_DIR", str(tmp_path / "results"))
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_resuming_a_table_keeps_each_earlier_runs_own_provenance(tiny):
+    out = tiny / "out"
+    assert main(["repro", "tiny", "method=local_gcn", "--record", "--out", str(out)]) in (0, 1)
+    first = {e["overrides"]["seed"]: e for e in json.loads((tiny / "results" / "tiny.json").read_text())["runs"]}
+    assert main(["repro", "tiny", "--record", "--out", str(out)]) in (0, 1)     # the whole table, same folder
+    runs = json.loads((tiny / "results" / "tiny.json").read_text())["runs"]
+    kept = [e for e in runs if e["overrides"]["method"] == "local_gcn"]
+    new = [e for e in runs if e["overrides"]["method"] == "fedavg_gcn"]
+    assert len(kept) == 2 and len(new) == 2
+    for e in kept:                                      # not restamped by the second invocation
+        assert e["date"] == first[e["overrides"]["seed"]]["date"]
+        assert e["launched_by"] == "fgx repro tiny method=local_gcn --record"
+    assert all(e["launched_by"] == "fgx repro tiny --record" for e in new)
+
+
+def test_editing_a_source_file_a_records_runs_imported_makes_it_stale(tiny, monkeypatch):
+    import fgx.provenance as provenance
+    from fgx.tables.run import record_result
+
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
+    assert record_result(tiny / "conf", "tiny").stale == []
+    # a copy of the source tree stands in for the checkout, so that a file can be edited safely
+    copy = tiny / "src"
+    shutil.copytree(REPO / "fgx", copy / "fgx")
+    monkeypatch.setattr(provenance, "REPO", copy)
+    assert record_result(tiny / "conf", "tiny").stale == []
+    gcn = copy / "fgx" / "models" / "gcn.py"
+    gcn.write_text(gcn.read_text() + "\n# an edit\n")
+    res = record_result(tiny / "conf", "tiny")
+    assert res.status == "stale" and res.stale == ["code: fgx/models/gcn.py changed"]
+    (copy / "fgx" / "models" / "gcn.py").unlink()
+    assert record_result(tiny / "conf", "tiny").stale == ["code: fgx/models/gcn.py removed"]
+    # a library version the runs used
+    monkeypatch.setattr(provenance, "REPO", REPO)
+    monkeypatch.setattr(provenance, "dependency_versions", lambda: {"torch": "0.0"})
+    assert any(s.startswith("code: torch ") and s.endswith("→ 0.0") for s in record_result(tiny / "conf", "tiny").stale)
+
+
+def test_a_row_that_cannot_differ_from_another_is_refused(tiny, capsys):
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    # GCFL whose warm-up outlasts the run is FedAvg: refused before any job
+    f.write_text(TINY_TABLE.replace("method: local_gcn,fedavg_gcn", "method: fedavg_gcn,gcfl_gcn")
+                 .replace("rounds: 3\n", "rounds: 3\nalgorithm: {warmup_rounds: 5}\n"))
+    assert main(["repro", "tiny", "--out", str(tiny / "o1")]) == 2
+    err = capsys.readouterr().err
+    assert "method=gcfl_gcn: config error: algorithm.warmup_rounds=5" in err and not (tiny / "o1").exists()
+    # with its default warm-up (a tenth of the rounds) it is a row of its own
+    f.write_text(TINY_TABLE.replace("method: local_gcn,fedavg_gcn", "method: fedavg_gcn,gcfl_gcn"))
+    assert main(["repro", "tiny", "--dry-run"]) == 0
+    # FedProx with one local step is FedAvg
+    f.write_text(TINY_TABLE.replace("method: local_gcn,fedavg_gcn", "method: fedavg_gcn,fedprox_gcn")
+                 .replace("rounds: 3\n", "rounds: 3\nalgorithm: {local_steps: 1}\n"))
+    assert main(["repro", "tiny", "--dry-run"]) == 2
+    assert "method=fedprox_gcn is fedavg: with one local step" in capsys.readouterr().err
+    # two rows that resolve to one config
+    (tiny / "conf" / "method" / "fedavg_gcn_copy.yaml").write_text(
+        (tiny / "conf" / "method" / "fedavg_gcn.yaml").read_text().replace("method: fedavg_gcn", "method: fedavg_gcn_copy"))
+    f.write_text(TINY_TABLE.replace("method: local_gcn,fedavg_gcn", "method: fedavg_gcn,fedavg_gcn_copy"))
+    assert main(["repro", "tiny", "--dry-run"]) == 2
+    assert "method=fedavg_gcn_copy resolves to the same config as method=fedavg_gcn" in capsys.readouterr().err
+
+
+def test_no_committed_preset_has_a_row_that_cannot_differ():
+    from fgx.tables.run import identical_rows
+    from fgx.tables.spec import load_targets, table_names
+
+    conf = REPO / "conf"
+    for name in table_names(conf):
+        if load_targets(conf, name)["accounting"] is None and not name.startswith("fedgsp_") or \
+                name in ("fedgsp_cora_disj_10", "fedgsp_computers_disj_10"):
+            assert identical_rows(name) == [], name
+
+
+def test_repro_outside_the_checkout_leaves_the_projects_records_alone(tmp_path, monkeypatch):
+    monkeypatch.delenv("FGX_RESULTS_DIR")
+    monkeypatch.chdir(tmp_path)
+    before = (REPO / "results" / "ce_fedgnn_table6.json").read_bytes()
+    assert main(["repro", "ce_fedgnn_table6", "--out", str(tmp_path / "t6")]) == 0
+    assert (REPO / "results" / "ce_fedgnn_table6.json").read_bytes() == before
+    assert json.loads((tmp_path / "t6" / "ce_fedgnn_table6.json").read_text())["table"] == "ce_fedgnn_table6"
+
+
+def _imports(path: Path, name: str, modules: set[str]) -> set[str]:
+    pkg = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    out = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = pkg.split(".")
+                base = ".".join(parts[:len(parts) - node.level + 1] + ([base] if base else []))
+            targets = [base] + [f"{base}.{a.name}" for a in node.names]
+        else:
+            continue
+        out |= {t for t in targets if t in modules and t != name}
+    return out
+
+
+def import_graph():
+    import networkx as nx
+
+    files = {".".join(p.relative_to(REPO).with_suffix("").parts).removesuffix(".__init__"): p
+             for p in (REPO / "fgx").rglob("*.py")}
+    g = nx.DiGraph()
+    g.add_nodes_from(files)
+    for name, p in files.items():      # every import, also those inside functions (a lazy import is a dependency)
+        g.add_edges_from((name, t) for t in _imports(p, name, set(files)))
+    return g
+
+
+def test_the_tables_and_the_report_have_no_import_circle_and_report_only_reads_runs():
+    import networkx as nx
+
+    g = import_graph()
+    cycles = [c for c in nx.simple_cycles(g) if any(m.startswith(("fgx.tables", "fgx.report", "fgx.launch",
+                                                                    "fgx.cli", "fgx.commands")) for m in c)]
+    assert cycles == []
+    forbidden = ("fgx.cli", "fgx.launch", "fgx.commands", "fgx.privacy", "fgx.decentral", "fgx.tables")
+    for m in (n for n in g if n.startswith("fgx.report")):
+        assert not [t for t in nx.descendants(g, m) if t.startswith(forbidden)], m

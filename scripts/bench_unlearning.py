@@ -17,7 +17,15 @@ check: after all requests, the lazy embedding is compared column by column with 
 propagation of ``--check-columns`` columns, against the residue bound (Eq. 1 from the residues
 held) and the Lemma 3.1 bound sqrt(n) L r_max. r_max follows the certified model's default scaling
 (``--r-max-scale inv_sqrt_n_nt``: r_max / sqrt(n n_t), so sqrt(n) L r_max = L r_max / sqrt(n_t) does
-not grow with the graph; n_t = ``--train-fraction`` of n). Exit status 1 if an error exceeds its bound."""
+not grow with the graph; n_t = ``--train-fraction`` of n). Exit status 1 if an error exceeds its bound.
+
+``--model cg|factored|both``: the whole request instead, through fgx's certified model and accountant
+(``RequestProcessor``, one client): labels from a random linear map of the features (``--classes``),
+the model trained to the optimum, then ``--requests`` requests timed per part - propagation (lazy update
+and the changed training rows), model update (Delta and the Newton solve; ``factored``: anchor factors
+plus the changed rows, its one-off anchor build reported apart), certificate (||Z'||, ||Z'v||, residue
+sums) - with the ratio model update / propagation, and one full retraining (exact re-propagation +
+training from scratch) beside them; ``both`` runs cg then factored on the same graph and requests."""
 from __future__ import annotations
 
 import argparse
@@ -117,9 +125,14 @@ def main() -> int:
     ap.add_argument("--rounding-check", action="store_true",
                     help="after the requests, recompute the residues the stored reserves imply (float64 full pass) "
                          "and report how far the tracked ||1^T R|| is from them (the state's rounding)")
+    ap.add_argument("--model", choices=["cg", "factored", "both"], default=None,
+                    help="time whole requests through the certified model with this solver (see above)")
+    ap.add_argument("--classes", type=int, default=40, help="--model: classes of the generated labels")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    if a.model:
+        return model_bench(a)
     from fgx.algorithms.certified_lr import PropagationParams, effective_r_max
 
     defaults = PropagationParams()
@@ -213,6 +226,81 @@ def main() -> int:
         with open(a.json, "w") as f:
             json.dump(result, f, indent=2)
     return 0 if ok else 1
+
+
+def model_bench(a) -> int:
+    """Whole requests through the certified model (see the module docstring, ``--model``)."""
+    from fgx.federation.channel import Channel
+    from fgx.unlearning.certified import MESSAGES, CertifiedServer, PartyState, certificate_budget
+    from fgx.unlearning.scalegun import CertifiedUnlearningParams, RequestProcessor
+    from fgx.algorithms.certified_lr import PropagationParams, effective_r_max
+
+    rng = np.random.default_rng(a.seed)
+    edges = chung_lu_edges(a.nodes, a.edges, rng)
+    x = gaussian_features(a.nodes, a.features, rng, np.float32)
+    y = np.argmax(x @ rng.normal(size=(a.features, a.classes)).astype(np.float32)
+                  + 0.5 * rng.gumbel(size=(a.nodes, a.classes)).astype(np.float32) / np.sqrt(a.features), axis=1)
+    order = rng.permutation(a.nodes)
+    n_t = max(1, int(round(a.train_fraction * a.nodes)))
+    masks = {s: np.zeros(a.nodes, dtype=bool) for s in ("train", "val", "test")}
+    masks["train"][order[:n_t]] = True
+    masks["test"][order[n_t:2 * n_t]] = True
+    defaults = PropagationParams()
+    r_max = defaults.r_max if a.r_max is None else a.r_max
+    scale = defaults.r_max_scale if a.r_max_scale is None else a.r_max_scale
+    pool = None
+    results = {"nodes": a.nodes, "edges": a.edges, "features": a.features, "classes": a.classes, "n_t": n_t,
+               "requests": a.requests, "batch": a.batch, "dtype": a.dtype, "solvers": {}}
+    for solver in (["cg", "factored"] if a.model == "both" else [a.model]):
+        party = PartyState(0, edges, x, y, masks)
+        server = CertifiedServer([party], a.classes, 1e-4, 0.1, Channel(MESSAGES), seed=a.seed)
+        server.preprocess("row_max", dtype=np.dtype(a.dtype))
+        r_eff = effective_r_max(r_max, scale, a.nodes, n_t, server.feature_l1_mean() if scale == "feature_l1_mean" else 0)
+        t0 = time.perf_counter()
+        party.build_propagation([0.0, 0.0, 1.0], r_eff, False, a.dtype)
+        init_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        server.train()
+        train_s = time.perf_counter() - t0
+        params = CertifiedUnlearningParams()
+        params.solver = solver
+        budget = certificate_budget(0.1, params.certificate.epsilon, params.certificate.delta)
+        proc = RequestProcessor(server, params, budget)
+        if pool is None:
+            pool = party.prop.sample_edges(a.requests * a.batch, rng,
+                                           a.max_degree if a.selection == "low_degree" else None)
+        rows = []
+        for i in range(a.requests):
+            row = proc.process({0: pool[:, i * a.batch:(i + 1) * a.batch]}, evaluate=False)
+            build = row.get("anchor_build_s", 0.0)
+            rows.append({k: row[k] for k in ("propagation_s", "model_update_s", "certificate_s", "retrain_s",
+                                              "cg_iterations", "action", "bound")} | {"anchor_build_s": build})
+            print(f"{solver:8s} request {i + 1:4d}: propagation {1e3 * row['propagation_s']:8.2f} ms  model update "
+                  f"{1e3 * (row['model_update_s'] - build):8.2f} ms{f' (+ anchor build {build:.2f} s)' if build else ''}"
+                  f"  certificate {1e3 * row['certificate_s']:7.2f} ms  {row['action']}", flush=True)
+        t0 = time.perf_counter()
+        re = server.retrain_exact()
+        full = time.perf_counter() - t0
+        med = {k: float(np.median([r[k] - (r["anchor_build_s"] if k == "model_update_s" else 0) for r in rows]))
+               for k in ("propagation_s", "model_update_s", "certificate_s")}
+        out = {"initial_propagation_s": init_s, "train_s": train_s, "median": med,
+               "mean_model_update_s_with_builds": float(np.mean([r["model_update_s"] for r in rows])),
+               "anchor_builds_s": [r["anchor_build_s"] for r in rows if r["anchor_build_s"]],
+               "ratio_model_to_propagation": med["model_update_s"] / med["propagation_s"],
+               "retrains": int(sum(r["action"] != "newton" for r in rows)), "full_retrain_s": full, **re}
+        results["solvers"][solver] = out
+        print(f"{solver}: median per request - propagation {1e3 * med['propagation_s']:.2f} ms, model update "
+              f"{1e3 * med['model_update_s']:.2f} ms ({out['ratio_model_to_propagation']:.1f}x propagation), certificate "
+              f"{1e3 * med['certificate_s']:.2f} ms; mean model update with anchor builds "
+              f"{1e3 * out['mean_model_update_s_with_builds']:.2f} ms; retrains {out['retrains']}; full retrain "
+              f"{full:.2f} s (exact re-propagation {re['repropagation_s']:.2f} s + training {re['train_s']:.2f} s)",
+              flush=True)
+        del server, party, proc
+    print(f"peak RSS {peak_rss_gb():.2f} GB")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump(results, f, indent=2)
+    return 0
 
 
 if __name__ == "__main__":

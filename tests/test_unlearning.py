@@ -518,6 +518,25 @@ def test_bench_script_runs_small(tmp_path):
     assert res["residue_error_bound"] <= res["lemma31_bound"] and res["exact_s_median"] > 0
 
 
+def test_bench_script_times_whole_requests(tmp_path):
+    """--model both: propagation, model update and certificate per request for cg and factored, and a
+    full retraining, on the same graph and requests."""
+    import subprocess
+    import sys
+    out = tmp_path / "bench.json"
+    rc = subprocess.run([sys.executable, "scripts/bench_unlearning.py", "--nodes", "3000", "--edges", "15000",
+                         "--features", "8", "--classes", "4", "--requests", "4", "--model", "both", "--json", str(out)],
+                        capture_output=True, text=True, cwd=propagation_module.__file__.rsplit("/fgx/", 1)[0])
+    assert rc.returncode == 0, rc.stdout + rc.stderr
+    res = json.loads(out.read_text())["solvers"]
+    for solver in ("cg", "factored"):
+        r = res[solver]
+        assert r["median"]["propagation_s"] > 0 and r["median"]["model_update_s"] > 0 and r["full_retrain_s"] > 0
+        assert r["ratio_model_to_propagation"] == pytest.approx(r["median"]["model_update_s"] / r["median"]["propagation_s"])
+    assert res["factored"]["anchor_builds_s"] and not res["cg"]["anchor_builds_s"]
+    assert "x propagation" in rc.stdout
+
+
 @pytest.mark.parametrize("preset", sorted(p.stem for p in (
     __import__("pathlib").Path(propagation_module.__file__).parents[2] / "conf" / "experiment").glob("scalegun_*.yaml")))
 def test_scalegun_presets_compose_for_every_swept_value(preset):

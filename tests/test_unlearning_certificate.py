@@ -29,10 +29,9 @@ def generated_party(n=400, f=8, classes=3, seed=0) -> PartyState:
 
 
 def approximation_now(server) -> float:
-    """2 c1 (||1^T R|| + ||rounding||) + training residual, read from the clients' states directly."""
-    residue = sum(p.prop.residue_colsum() for p in server.parties)
-    rounding = sum(p.prop.rounding_bound() for p in server.parties)
-    return float((2 * (np.linalg.norm(residue) + np.linalg.norm(rounding)) + server.train_residual).max())
+    """2 c1 ||1^T R*|| (the residues the stored reserves imply) + training residual, from the states."""
+    implied = sum(p.prop.implied_residue_colsum() for p in server.parties)
+    return float((2 * np.linalg.norm(implied) + server.train_residual).max())
 
 
 def check_rows(rows, budget):
@@ -160,3 +159,74 @@ def test_run_log_and_summary_say_when_the_certificate_fails(run_fgx, tiny_cfg):
     assert s["certificate_failed"] and s["requests"] < s["requests_planned"] == 3
     assert "certificate failed" in (run / "fgx.log").read_text()
     assert json.loads((run / "summary.json").read_text())["unlearning"]["certificate_failed"]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_implied_residue_sums_are_kept_exactly(dtype):
+    """sum_l 1^T R* = 1^T D^1/2 X - 1^T Q[L] is maintained in O(touched) per removal and equals a float64
+    recomputation of the residues the stored reserves imply, to float64 rounding; in float32 it differs
+    from the tracked 1^T R by the state's drift, which the accountant adds."""
+    rng = np.random.default_rng(5)
+    n, f = 2000, 12
+    x = rng.normal(size=(n, f)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1).max()
+    prop = GPRPropagator(symmetric_adjacency(rng.integers(0, n, (2, 12000)), n), x, [0.1, 0.3, 0.6], 1e-4, dtype)
+    x_now = x.astype(np.float64)
+    for step in range(30):
+        prop.remove_edges(prop.sample_edges(1 + step % 3, rng))
+        if step % 10 == 9:
+            nodes = rng.choice(n, 2, replace=False)
+            prop.remove_node_features(nodes[:1])
+            prop.remove_nodes(nodes[1:])
+            x_now[nodes] = 0.0
+    d = np.sqrt(prop.deg)[:, None] * x_now - prop.Q[0] - prop.R[0].dense()
+    implied = d.sum(0) + prop.R[0].colsum
+    prev = prop.Q[0].astype(np.float64)
+    for lvl in range(1, prop.L + 1):
+        cur = prop.Q[lvl].astype(np.float64)
+        implied += scaled_product(prop.adj, prev, 1.0 / prop.deg).sum(0) - cur.sum(0)
+        prev = cur
+    scale = np.abs(implied).max()
+    assert np.all(np.abs(prop.implied_residue_colsum() - implied) <= prop.implied_residue_error() + 1e-12 * scale)
+    drift = np.abs(prop.implied_residue_colsum() - prop.residue_colsum()).max()
+    assert (drift > 1e-6 * scale) if dtype == "float32" else (drift < 1e-9 * scale)
+
+
+# -- solver=factored: the anchor Hessian's factors, the changed rows' corrections, the drift bound ---------
+def test_factored_operator_and_drift_bound():
+    """H_A is the Hessian at the anchor W0 on the current data (only the changed rows corrected), and the
+    certificate's drift term bounds what it leaves out of the Hessian at the current W."""
+    from fgx.unlearning.logreg import LocalData, signed_labels
+    server = build_server([generated_party(n=1500, f=8, seed=7)], noise_std=0.0, r_max=1e-9, lam=1e-3)
+    proc = processor(server, **{"certificate.include_train_residual": False, "solver": "factored",
+                                "certificate.enforce": False})
+    party, rng = server.parties[0], np.random.default_rng(0)
+    drifts = []
+    for j in range(6):
+        row = proc.process({0: party.prop.sample_edges(1, rng)})
+        fh = server.factored
+        v = np.random.default_rng(j).normal(size=server.W.shape)
+        ids = party.train_ids()
+        data = LocalData(party.prop.rows(ids), signed_labels(party.y[ids], server.C))
+        exact_at_anchor = data.hvp(fh.w0, v) + server.lam * server.num_train() * v
+        assert np.allclose(fh.operator(v), exact_at_anchor, rtol=1e-10, atol=1e-12)
+        # the step actually taken: its true Hessian error at the W it was taken from is within the drift term
+        step = proc.last_v
+        w_before = server.W - step
+        gap = np.linalg.norm(server.hvp(w_before, step, server.num_train()) - fh.operator(step), axis=0)
+        assert np.all(gap <= proc.last["anchor_drift"] * (1 + 1e-9) + 1e-15)
+        drifts.append(row["anchor_drift"])
+        _, grad = server.objective(server.W, server.num_train())
+        assert np.all(np.linalg.norm(grad, axis=0) <= proc.beta + 1e-12)
+    assert max(drifts) > 0 and server.factored.builds < 6     # corrections, not a rebuild per request
+
+
+def test_factored_matches_cg_steps():
+    a = build_server([generated_party(n=800, f=8, seed=9)], r_max=1e-9)
+    b = build_server([generated_party(n=800, f=8, seed=9)], r_max=1e-9)
+    pa, pb = processor(a, budget=1.0), processor(b, budget=1.0, solver="factored")
+    for j in range(5):
+        e = a.parties[0].prop.sample_edges(1, np.random.default_rng(j))
+        ra, rb = pa.process({0: e}), pb.process({0: e.copy()})
+        assert ra["action"] == rb["action"] == "newton"
+    assert np.allclose(a.W, b.W, rtol=1e-6, atol=1e-9) and rb["cg_iterations"] <= 5

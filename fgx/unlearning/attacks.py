@@ -3,6 +3,8 @@
 Edge requests (the removed edges against node pairs that were never edges, AUC; 0.5 = nothing learnt):
 - ``link_stealing_posterior``: cosine similarity of the two nodes' posteriors (He et al., *Stealing Links
   from Graph Neural Networks*, USENIX Security 2021, attack-0 with a posterior similarity);
+- ``mia_edges``: minus the Euclidean distance of the posteriors (``edge_mia``'s score, the deleted-edge
+  membership inference ``mia_auc_before/after`` report for the unlearned model);
 - ``link_stealing_features``: cosine similarity of the propagated feature rows the model predicts from
   (the feature-similarity attack applied to what the served model consumes; on raw features every
   model would score the same, so ``link_stealing_raw_features`` is reported once as the reference);
@@ -96,12 +98,13 @@ def _linkteller(server, party, uv: np.ndarray) -> np.ndarray:
 
 
 def _edge_scores(server, pairs) -> dict[str, np.ndarray]:
-    out: dict[str, list] = {"link_stealing_posterior": [], "link_stealing_features": [], "linkteller": [],
-                            "link_stealing_raw_features": []}
+    out: dict[str, list] = {"link_stealing_posterior": [], "mia_edges": [], "link_stealing_features": [],
+                            "linkteller": [], "link_stealing_raw_features": []}
     for cid, uv in _by_party(pairs).items():
         p = server.parties[cid]
         post_u, post_v = posterior(server, p, uv[:, 0]), posterior(server, p, uv[:, 1])
         out["link_stealing_posterior"].append(_cosine(post_u, post_v))
+        out["mia_edges"].append(-np.linalg.norm(post_u - post_v, axis=1))
         out["link_stealing_features"].append(_cosine(p.prop.rows(uv[:, 0]), p.prop.rows(uv[:, 1])))
         out["link_stealing_raw_features"].append(_cosine(p.x[uv[:, 0]].astype(np.float64),
                                                          p.x[uv[:, 1]].astype(np.float64)))

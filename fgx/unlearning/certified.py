@@ -23,6 +23,7 @@ import scipy.optimize
 import torch
 
 from fgx.federation.channel import Message
+from fgx.unlearning.factored import FactoredHessian
 from fgx.unlearning.logreg import LocalData, batched_cg, signed_labels
 from fgx.unlearning.propagation import ExactPropagator, GPRPropagator, symmetric_adjacency
 
@@ -85,6 +86,8 @@ class PartyState:
     last_w: np.ndarray | None = None   # the weights last broadcast to this client
     extra_edges: np.ndarray = field(default_factory=lambda: np.zeros((2, 0), dtype=np.int64))
     change: RowChange | None = None    # the last request's effect on the training rows
+    anchor: object = None              # solver=factored: anchor values of the rows changed since (AnchorRows)
+    row_norm_max: float = 0.0          # solver=factored: an upper bound on the training rows' norms
 
     @property
     def n(self) -> int:
@@ -194,6 +197,11 @@ class PartyState:
         pos, old, new = pos[moved], old[moved], new[moved]
         local.z[pos] = new
         change = RowChange(old, new, local.ysign[pos].copy(), local.z[gone].copy(), local.ysign[gone].copy())
+        if self.anchor is not None:          # solver=factored: the anchor values of rows changed since
+            self.anchor.remember(ids[pos], old)
+            self.anchor.remember(ids[gone], change.removed)
+            if new.size:
+                self.row_norm_max = max(self.row_norm_max, float(np.linalg.norm(new, axis=1).max()))
         if gram is not None:
             gram += new.T @ new - old.T @ old - change.removed.T @ change.removed
         if gone.size:
@@ -230,11 +238,13 @@ class CertifiedServer:
         self.train_residual = None
         self.gram = None            # aggregated Z_train^T Z_train (spectral_norm=gram)
         self.spectral_vector = None  # warm start of the power iteration (spectral_norm=power)
-        self.residue_sums: dict[int, tuple[np.ndarray, np.ndarray]] = {}   # cid -> (1^T R, rounding bound)
+        self.residue_sums: dict[int, tuple] = {}   # cid -> (1^T R, its rounding drift, error bound)
+        self.factored = FactoredHessian(self)      # solver=factored: the anchor Hessian's factors
 
     def reset_state_caches(self) -> None:
         """After the clients rebuilt their propagation state: forget what was aggregated from it."""
         self.gram, self.spectral_vector, self.residue_sums = None, None, {}
+        self.factored.w0 = None         # rebuilt from the new rows at the next factored solve
 
     def repropagate(self) -> float:
         """Exact re-propagation at every client on its current graph and features: the residues are
@@ -256,19 +266,30 @@ class CertifiedServer:
         return {"repropagation_s": prop_s, "train_s": time.perf_counter() - t0}
 
     def approximation_state(self, absolute: bool = False, parties=None) -> dict:
-        """||1^T R|| over all clients' residues and the norm of the summed rounding bounds of their
-        states (|1^T R*| <= |1^T R| + rounding per column). ``parties``: the clients whose sums may have
-        changed (the server keeps the others' last sums; all of them the first time)."""
+        """||1^T R|| over all clients' tracked residues and what the state's rounding adds to it, so that
+        ||1^T R*|| <= residue_norm + rounding_norm for the residues R* the stored reserves imply.
+        Signed sums (default): each client's implied sum 1^T R* is kept exactly (float64, see
+        ``GPRPropagator.implied_residue_colsum``); the rounding is its drift from 1^T R plus the float64
+        error bound. ``absolute``: sum |R| and the worst-case bound of sum |R* - R| (``rounding_bound``).
+        ``parties``: the clients whose sums may have changed (the server keeps the others' last sums)."""
         parties = self.parties if parties is None else parties
         ids = {p.cid for p in parties}
         fresh = [p for p in self.parties if p.cid not in self.residue_sums or p.cid in ids]
+
+        def sums(q):
+            tracked = q.prop.residue_colsum(absolute)
+            if absolute:
+                return {"sum": tracked, "drift": q.prop.rounding_bound(), "error": np.zeros_like(tracked)}
+            return {"sum": tracked, "drift": q.prop.implied_residue_colsum() - tracked,
+                    "error": q.prop.implied_residue_error()}
+
         for p in fresh:
-            got = self.gather("residue_sums", lambda q: {"sum": q.prop.residue_colsum(absolute),
-                                                         "rounding": q.prop.rounding_bound()}, [p])
-            self.residue_sums[p.cid] = (got["sum"], got["rounding"])
-        residue = np.sum([self.residue_sums[p.cid][0] for p in self.parties], axis=0)
-        rounding = np.sum([self.residue_sums[p.cid][1] for p in self.parties], axis=0)
-        return {"residue_norm": float(np.linalg.norm(residue)), "rounding_norm": float(np.linalg.norm(rounding))}
+            got = self.gather("residue_sums", sums, [p])
+            self.residue_sums[p.cid] = (got["sum"], got["drift"], got["error"])
+        residue, drift, error = (np.sum([self.residue_sums[p.cid][j] for p in self.parties], axis=0)
+                                 for j in range(3))
+        return {"residue_norm": float(np.linalg.norm(residue)),
+                "rounding_norm": float(np.linalg.norm(drift) + np.linalg.norm(error))}
 
     # -- the channel -------------------------------------------------------------------------------
     def broadcast(self, kind: str, payload: np.ndarray, parties=None) -> None:
@@ -414,6 +435,9 @@ class CertifiedServer:
         if at_old:
             n_t += sum(p.change.removed.shape[0] for p in self.parties if p.change is not None)
         w = self.W
+        if solver == "factored":
+            build_s = self.factored.build() if self.factored.stale() else 0.0
+            return {**self.factored.solve(delta), "anchor_build_s": build_s}
         if solver == "hessian":
             def part(p):
                 h = p.local_data(self.C).hessians(p.last_w)
@@ -460,7 +484,16 @@ class CertifiedServer:
         """||Z'|| (an upper estimate), ||Z' v|| per class and ||1^T R|| of the current residues."""
         z_norm, spectral_info = self.spectral_norm(spectral, touched)
         self.broadcast("newton_direction", v)
-        pc = self.gather("prediction_change", lambda p: {"sq": p.local_data(self.C).prediction_change_sq(v)})
+        def change_sq(p):
+            g = p.__dict__.get("_gram")
+            if g is None or p.num_train() <= v.shape[0]:
+                return {"sq": p.local_data(self.C).prediction_change_sq(v)}
+            # ||Z v_c||^2 = v_c^T G v_c from the kept Gram (O(F^2) instead of a pass over the rows), plus an
+            # allowance for the float64 rounding its incremental updates accumulate (~requests F 2^-53 relative)
+            return {"sq": np.maximum(np.einsum("ic,ij,jc->c", v, g, v), 0.0)
+                    + 1e-9 * float(np.trace(g)) * (v * v).sum(0)}
+
+        pc = self.gather("prediction_change", change_sq)
         # residue column sums and rounding bounds are maintained by the clients' states (O(F) to read);
         # only the clients a request touched can have new ones, the others' last sums are kept by the server
         approx = self.approximation_state(residue_norm == "abs", touched)

@@ -26,3 +26,6 @@ class CEU(CertifiedUnlearning):
         super().check_config(params, validated)
         if params.requests.type != "edge":
             raise ConfigError("unlearning.requests.type", params.requests.type, "edge (CEU unlearns edges only)")
+        if params.solver == "factored":
+            raise ConfigError("unlearning.solver", params.solver, "cg or hessian (CEU steps with the Hessian before "
+                              "the removal, which the factored anchor does not hold)")

@@ -60,24 +60,28 @@ class LocalData:
 
 
 def batched_cg(matvec, rhs: np.ndarray, tol: float = 1e-12,
-               max_iter: int = 1000) -> tuple[np.ndarray, int, np.ndarray]:
+               max_iter: int = 1000, precond=None) -> tuple[np.ndarray, int, np.ndarray]:
     """Conjugate gradients on C independent SPD systems H_c x_c = rhs_c (columns), sharing one
-    ``matvec`` call per iteration (one federated round each). Stops when every column has
-    ||r_c|| <= tol ||rhs_c||. Returns x, the iterations and the recursive residual norms.
+    ``matvec`` call per iteration (one federated round each); ``precond``: r -> M^-1 r (columns), for
+    preconditioned CG. Stops when every column has ||r_c|| <= tol ||rhs_c||. Returns x, the iterations
+    and the recursive residual norms.
     (scipy's cg solves one system at a time; here the C systems share each federated product.)"""
     x = np.zeros_like(rhs)
     r = rhs.copy()
-    p = r.copy()
-    rs = (r * r).sum(0)
-    target = (tol ** 2) * np.maximum(rs, 1e-300)
+    z = r if precond is None else precond(r)
+    p = z.copy()
+    rz = (r * z).sum(0)
+    rr = (r * r).sum(0)
+    target = (tol ** 2) * np.maximum(rr, 1e-300)
     it = 0
-    while it < max_iter and np.any(rs > target):
+    while it < max_iter and np.any(rr > target):
         hp = matvec(p)
-        alpha = rs / np.maximum((p * hp).sum(0), 1e-300)
+        alpha = rz / np.maximum((p * hp).sum(0), 1e-300)
         x += alpha * p
         r -= alpha * hp
-        new = (r * r).sum(0)
-        p = r + (new / np.maximum(rs, 1e-300)) * p
-        rs = new
+        z = r if precond is None else precond(r)
+        new = (r * z).sum(0)
+        p = z + (new / np.maximum(rz, 1e-300)) * p
+        rz, rr = new, (r * r).sum(0)
         it += 1
-    return x, it, np.sqrt(rs)
+    return x, it, np.sqrt(rr)

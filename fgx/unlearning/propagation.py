@@ -393,7 +393,40 @@ class GPRPropagator(GraphState):
         self.Q = np.zeros((self.L + 1, self.n, self.F), dtype=self.dtype)
         self.R = [ResidueRows(self.n, self.F, self.dtype) for _ in range(self.L)]
         self.rounding = np.zeros(self.F)
+        self._x, self._x_gone = x, np.zeros(self.n, dtype=bool)   # the features (a reference, not a copy)
+        self._sx, self._qlast, self._implied_error = np.zeros(self.F), np.zeros(self.F), np.zeros(self.F)
         self._initial_push(x, threshold)
+
+    # -- the residues the stored reserves imply, summed exactly -----------------------------------------
+    # Summed over all nodes, 1^T (A D^-1 q) = sum_v q_v (sum_u a_uv) / d_v = 1^T q, so the implied residues
+    # telescope: sum_l 1^T R*[l] = 1^T D^1/2 X - 1^T Q[L] (R*[L] = A D^-1 Q[L-1] - Q[L], zero in exact
+    # arithmetic). Both sums are kept in float64 from the stored values and the original features, so
+    # the certificate reads the residues the float32 state really implies, in O(F).
+    def implied_residue_colsum(self) -> np.ndarray:
+        """sum over levels of 1^T R* (the residues for which Lemma 3.2 holds exactly for the stored
+        reserves): equals ``residue_colsum()`` in exact arithmetic; the difference is the state's rounding."""
+        return self._sx - self._qlast
+
+    def implied_residue_error(self) -> np.ndarray:
+        """A bound on the float64 error of ``implied_residue_colsum`` per column (gamma_k of its sums)."""
+        return self._implied_error
+
+    def _sum_in(self, target: np.ndarray, delta: np.ndarray, terms: int, magnitude: np.ndarray) -> None:
+        target += delta
+        self._implied_error += F64_UNIT * (terms + 2) * magnitude
+
+    def _write_last(self, rows: np.ndarray, new: np.ndarray) -> None:
+        """Q[L, rows] = new, keeping 1^T Q[L] (float64, from the stored values)."""
+        old = self.Q[self.L, rows].astype(np.float64)
+        self.Q[self.L, rows] = new
+        stored = self.Q[self.L, rows].astype(np.float64)
+        self._sum_in(self._qlast, stored.sum(0) - old.sum(0), 2 * rows.size,
+                     np.abs(stored).sum(0) + np.abs(old).sum(0))
+
+    def _features_at(self, rows: np.ndarray) -> np.ndarray:
+        """The original features of ``rows`` (float64), zero where they were removed."""
+        out = np.asarray(self._x[rows], dtype=np.float64)
+        return out * ~self._x_gone[rows, None]
 
     # -- the rounding of the state (float32 by default) ------------------------------------------------
     # The certificate's approximation term is 2 c1 ||1^T R*|| with R* the residues for which Lemma 3.2
@@ -427,6 +460,8 @@ class GPRPropagator(GraphState):
             hi = min(lo + step, self.n)
             r0 = np.asarray(x[lo:hi], dtype=self.dtype) * sq[lo:hi, None].astype(self.dtype)
             self._account(2, r0)
+            exact = np.asarray(x[lo:hi], dtype=np.float64) * sq[lo:hi, None]
+            self._sum_in(self._sx, exact.sum(0), self.n, np.abs(exact).sum(0))
             self._settle(0, np.arange(lo, hi), r0, threshold)
         inv_deg = 1.0 / self.deg
         weight = (self.adj @ (self.deg + 2.0)) * inv_deg
@@ -440,6 +475,9 @@ class GPRPropagator(GraphState):
                     self._settle(lvl + 1, np.arange(lo, hi), mass, threshold)
                 else:
                     self.Q[self.L, lo:hi] = mass
+        for lo in range(0, self.n, step):
+            last = self.Q[self.L, lo:lo + step].astype(np.float64)
+            self._sum_in(self._qlast, last.sum(0), self.n, np.abs(last).sum(0))
         self.pushes += self.n * self.L
 
     def _settle(self, lvl: int, rows: np.ndarray, res: np.ndarray, threshold: float) -> None:
@@ -493,7 +531,7 @@ class GPRPropagator(GraphState):
             if lvl + 1 < self.L:
                 inc_rows, inc_mass = targets, mass
             else:
-                self.Q[self.L, targets] += mass
+                self._write_last(targets, self.Q[self.L, targets] + mass)
                 self._account(1, self.Q[self.L, targets])
                 changed.append(targets)
         return self._union(*changed)
@@ -544,6 +582,8 @@ class GPRPropagator(GraphState):
             lost_in.append(removed @ terms)
         x_t = self.features(touched)
         self._drop_edges(u, v, pos_uv, pos_vu)
+        grown = (np.sqrt(new_deg) - np.sqrt(old_deg))[:, None] * self._features_at(touched)
+        self._sum_in(self._sx, grown.sum(0), touched.size, np.abs(grown).sum(0))
         scale = (new_deg / old_deg).astype(self.dtype)[:, None]
         for lvl in range(self.L + 1):
             q_old = self.Q[lvl, touched]
@@ -566,13 +606,17 @@ class GPRPropagator(GraphState):
                 self._account(1, self.R[lvl].get(touched))
             else:
                 # the last level keeps no residue: q_new + (q_old - q_new - lost) goes into the reserve
-                self.Q[lvl, touched] = q_old - lost_in[lvl - 1]
+                self._write_last(touched, q_old - lost_in[lvl - 1])
                 self._account(1, self.Q[lvl, touched])
         return self.push(touched)
 
     def remove_node_features(self, nodes) -> np.ndarray:
         """Feature removal: x(u) = 0, so r^(0)(u) = -q^(0)(u); pushes from u. Returns changed rows."""
         nodes = np.unique(np.asarray(nodes, dtype=np.int64))
+        new = nodes[~self._x_gone[nodes]]
+        gone = np.sqrt(self.deg[new])[:, None] * self._features_at(new)
+        self._sum_in(self._sx, -gone.sum(0), new.size, np.abs(gone).sum(0))
+        self._x_gone[new] = True
         self.R[0].put(nodes, -self.Q[0, nodes])
         return self.push(nodes)
 
@@ -760,6 +804,12 @@ class ExactPropagator(GraphState):
     def rounding_bound(self) -> np.ndarray:
         """No residues, so no residue drift; the rounding of Z itself is not bounded here (see
         docs/unlearning.md, *float32 and the certificate*)."""
+        return np.zeros(self.F)
+
+    def implied_residue_colsum(self) -> np.ndarray:
+        return np.zeros(self.F)
+
+    def implied_residue_error(self) -> np.ndarray:
         return np.zeros(self.F)
 
     def repropagate(self, x=None, threshold: float = 0.0) -> None:

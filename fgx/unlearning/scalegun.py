@@ -77,8 +77,10 @@ class CertifiedUnlearningParams:
     certificate: CertificateParams = field(default_factory=CertificateParams)
     report: ReportParams = field(default_factory=ReportParams)
     solver: str = field(default="cg", metadata=spec(
-        choices=["cg", "hessian"], help="cg: Hessian-vector products (one round each); hessian: clients send "
-                                        "F x F Hessians (one round)"))
+        choices=["cg", "hessian", "factored"],
+        help="cg: Hessian-vector products over the training rows (one round each); hessian: clients send F x F "
+             "Hessians (one round); factored: Cholesky factors of an anchor Hessian, corrected by the changed "
+             "rows only, its curvature drift bounded in the certificate (fgx/unlearning/factored.py)"))
     eval_every: int = field(default=1, metadata=spec(
         min=1, help="test accuracy every N requests (and after the last); retrain: re-propagates and retrains there"))
     mia: bool = field(default=True, metadata=spec(help="edge requests: deleted-edge membership-inference AUC"))
@@ -235,7 +237,7 @@ class RequestProcessor:
     propagation state and training rows), then the Newton step under the accountant. Returns the row
     ``unlearning.json`` records."""
 
-    def __init__(self, server, params, budget: float, retrain, influence: bool = False, algo=None):
+    def __init__(self, server, params, budget: float, retrain=None, influence: bool = False, algo=None):
         self.server, self.params, self.budget = server, params, budget
         self.retrain = server.retrain_exact if retrain is None else retrain
         self.influence = influence
@@ -244,6 +246,28 @@ class RequestProcessor:
         self.worst = WorstCaseAccumulator()
         self.retrains = 0
         self.failed = False
+
+    def _step(self, delta, touched):
+        """Solve H v = Delta and the step's error terms: the Newton remainder gamma2 ||Z'|| ||v|| ||Z'v||,
+        the solve residual, CEU's Hessian change, the factored solver's anchor drift. Returns them with
+        the (solve, certificate) seconds."""
+        server, cert = self.server, self.params.certificate
+        t1 = time.perf_counter()
+        sol = server.solve(delta, self.params.solver, at_old=self.influence)
+        t2 = time.perf_counter()
+        terms = server.certificate_terms(sol["v"], cert.residue_norm, cert.spectral_norm, touched)
+        step = GAMMA2 * terms["z_norm"] * np.linalg.norm(sol["v"], axis=0) * terms["zv_norm"]
+        step_error = step + sol["solve_residual"]
+        hess_change = drift = None
+        if self.influence:
+            hess_change = server.hessian_change_norm(sol["v"])
+            step_error = step_error + hess_change
+        if self.params.solver == "factored":
+            drift = server.factored.drift(terms["z_norm"], terms["zv_norm"])
+            step_error = step_error + drift
+        self.last = {"unlearning_term": step, "solve_residual": sol["solve_residual"], "hessian_change": hess_change,
+                     "anchor_drift": drift}
+        return sol, terms, step, step_error, hess_change, drift, (t2 - t1, time.perf_counter() - t2)
 
     def approx_term(self, terms: dict) -> np.ndarray:
         """Per class: 2 c1 (||1^T R|| + the state's rounding bound) and the training gradient norm."""
@@ -290,24 +314,21 @@ class RequestProcessor:
 
         t1 = time.perf_counter()
         delta = server.gradient_change(touched) + server.lam * (n_old - server.num_train()) * server.W
-        sol = server.solve(delta, p.solver, at_old=self.influence)
-        v = sol["v"]
         model_s = time.perf_counter() - t1
-
-        t1 = time.perf_counter()
-        terms = server.certificate_terms(v, cert.residue_norm, cert.spectral_norm, touched)
-        v_norm = np.linalg.norm(v, axis=0)
-        step = GAMMA2 * terms["z_norm"] * v_norm * terms["zv_norm"]
-        step_error = step + sol["solve_residual"]
-        hess_change = None
-        if self.influence:
-            hess_change = server.hessian_change_norm(v)
-            step_error = step_error + hess_change
-        self.last = {"unlearning_term": step, "solve_residual": sol["solve_residual"], "hessian_change": hess_change}
-        approx = self.approx_term(terms)
-        bound = self.beta + step_error + approx        # the bound of W + v, before it is released
+        sol, terms, step, step_error, hess_change, drift, times = self._step(delta, touched)
+        model_s, cert_s = model_s + times[0], times[1]
+        bound = self.beta + step_error + self.approx_term(terms)   # the bound of W + v, before it is released
         exceeded = bool(np.any(bound > self.budget))
-        cert_s = time.perf_counter() - t1
+        if exceeded and cert.enforce and drift is not None and np.any(drift > 0):
+            # the anchor's curvature drift is what does not fit: rebuild it at the current W (drift 0), re-solve
+            t1 = time.perf_counter()
+            server.factored.build()
+            model_s += time.perf_counter() - t1
+            sol, terms, step, step_error, hess_change, drift, times = self._step(delta, touched)
+            model_s, cert_s = model_s + times[0], cert_s + times[1]
+            bound = self.beta + step_error + self.approx_term(terms)
+            exceeded = bool(np.any(bound > self.budget))
+        v, v_norm, approx = sol["v"], np.linalg.norm(sol["v"], axis=0), self.approx_term(terms)
 
         retrain_s, action = 0.0, "newton"
         if exceeded and cert.enforce:
@@ -328,6 +349,7 @@ class RequestProcessor:
                 self.failed = True
         else:
             self.beta = self.beta + step_error
+            self.last_v = v
             server.W = server.W + v
             server.broadcast("weights", server.W)
             held = bound
@@ -350,6 +372,9 @@ class RequestProcessor:
                "exchanges": server.exchanges - ex0}
         if hess_change is not None:
             row["hessian_change_norm"] = float(hess_change.max())
+        if drift is not None:
+            row.update(anchor_drift=float(drift.max()), anchor_builds=server.factored.builds,
+                       anchor_build_s=sol["anchor_build_s"])
         if action != "newton":      # the state the released (retrained) model was trained on
             row["residue_norm_after_retrain"] = self.after["residue_norm"]
             row["rounding_term_after_retrain"] = self.rounding_term(self.after)

@@ -262,6 +262,9 @@ def model_bench(a) -> int:
         t0 = time.perf_counter()
         server.train()
         train_s = time.perf_counter() - t0
+        print(f"{solver}: graph {a.nodes:,} nodes, {party.prop.num_edges():,} edges, {a.features} features, "
+              f"{a.classes} classes, n_t {n_t:,}, {a.dtype}, r_max {r_max:g} ({scale}) -> {r_eff:.3g}; "
+              f"initial propagation {init_s:.2f} s, training {train_s:.2f} s", flush=True)
         params = CertifiedUnlearningParams()
         params.solver = solver
         budget = certificate_budget(0.1, params.certificate.epsilon, params.certificate.delta)
@@ -297,6 +300,7 @@ def model_bench(a) -> int:
               flush=True)
         del server, party, proc
     print(f"peak RSS {peak_rss_gb():.2f} GB")
+    results["peak_rss_gb"] = peak_rss_gb()
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=2)

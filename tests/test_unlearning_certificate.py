@@ -81,30 +81,45 @@ def test_cora_220_requests_never_outside_the_certificate(run_fgx, data_root):
     assert all(r["rounding_term"] > 0 for r in rows)       # float32: the rounding term is in every bound
 
 
-def implied_defect(prop, x) -> np.ndarray:
-    """Per column sum_u |R*(u) - R(u)| over the levels, with R* the residues for which Lemma 3.2 holds
-    exactly for the stored reserves (a float64 pass over the whole state)."""
-    d = np.sqrt(prop.deg)[:, None] * x - prop.Q[0] - prop.R[0].dense()
-    out = np.abs(d).sum(0)
+def level_defects(prop, x):
+    """Per level, R* - R: R* the residues for which Lemma 3.2 holds exactly for the stored reserves
+    (R*[0] = D^1/2 X - Q[0], R*[l] = A D^-1 Q[l-1] - Q[l], the last level included; a float64 pass)."""
+    yield np.sqrt(prop.deg)[:, None] * x - prop.Q[0] - prop.R[0].dense()
     prev = prop.Q[0].astype(np.float64)
     for lvl in range(1, prop.L + 1):
         cur = prop.Q[lvl].astype(np.float64)
         d = scaled_product(prop.adj, prev, 1.0 / prop.deg) - cur
-        if lvl < prop.L:
-            d = d - prop.R[lvl].dense()
-        out += np.abs(d).sum(0)
+        yield d - prop.R[lvl].dense() if lvl < prop.L else d
         prev = cur
-    return out
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-def test_rounding_bound_covers_the_state_drift(dtype):
-    rng = np.random.default_rng(0)
+def implied_defect(prop, x) -> np.ndarray:
+    """Per column sum_u |R*(u) - R(u)| over the levels."""
+    return sum(np.abs(d).sum(0) for d in level_defects(prop, x))
+
+
+def drifting_state(dtype, seed):
+    rng = np.random.default_rng(seed)
     n, f = 2000, 12
     x = rng.normal(size=(n, f)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1).max()
     prop = GPRPropagator(symmetric_adjacency(rng.integers(0, n, (2, 12000)), n), x, [0.1, 0.3, 0.6], 1e-4, dtype)
-    x_now = x.astype(np.float64)
+    return prop, x.astype(np.float64), rng
+
+
+def remove_some(prop, x_now, rng, step):
+    """Edges at every step; a node's features and a whole node every tenth step."""
+    prop.remove_edges(prop.sample_edges(1 + step % 3, rng))
+    if step % 10 == 9:
+        nodes = rng.choice(prop.n, 2, replace=False)
+        prop.remove_node_features(nodes[:1])
+        prop.remove_nodes(nodes[1:])
+        x_now[nodes] = 0.0
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_rounding_bound_covers_the_state_drift(dtype):
+    prop, x_now, rng = drifting_state(dtype, 0)
     # the initial push's share is checked first; then only what the requests add is counted from zero,
     # against what their roundings add to the drift (defects are never amplified, so they add up)
     start = implied_defect(prop, x_now)
@@ -112,12 +127,7 @@ def test_rounding_bound_covers_the_state_drift(dtype):
     prop.rounding[:] = 0.0
     checks = []
     for step in range(40):
-        prop.remove_edges(prop.sample_edges(1 + step % 3, rng))
-        if step % 10 == 9:
-            nodes = rng.choice(n, 2, replace=False)
-            prop.remove_node_features(nodes[:1])
-            prop.remove_nodes(nodes[1:])
-            x_now[nodes] = 0.0
+        remove_some(prop, x_now, rng, step)
         if step % 10 == 0 or step == 39:
             checks.append((implied_defect(prop, x_now), prop.rounding_bound().copy()))
     for defect, bound in checks:
@@ -166,26 +176,10 @@ def test_implied_residue_sums_are_kept_exactly(dtype):
     """sum_l 1^T R* = 1^T D^1/2 X - 1^T Q[L] is maintained in O(touched) per removal and equals a float64
     recomputation of the residues the stored reserves imply, to float64 rounding; in float32 it differs
     from the tracked 1^T R by the state's drift, which the accountant adds."""
-    rng = np.random.default_rng(5)
-    n, f = 2000, 12
-    x = rng.normal(size=(n, f)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1).max()
-    prop = GPRPropagator(symmetric_adjacency(rng.integers(0, n, (2, 12000)), n), x, [0.1, 0.3, 0.6], 1e-4, dtype)
-    x_now = x.astype(np.float64)
+    prop, x_now, rng = drifting_state(dtype, 5)
     for step in range(30):
-        prop.remove_edges(prop.sample_edges(1 + step % 3, rng))
-        if step % 10 == 9:
-            nodes = rng.choice(n, 2, replace=False)
-            prop.remove_node_features(nodes[:1])
-            prop.remove_nodes(nodes[1:])
-            x_now[nodes] = 0.0
-    d = np.sqrt(prop.deg)[:, None] * x_now - prop.Q[0] - prop.R[0].dense()
-    implied = d.sum(0) + prop.R[0].colsum
-    prev = prop.Q[0].astype(np.float64)
-    for lvl in range(1, prop.L + 1):
-        cur = prop.Q[lvl].astype(np.float64)
-        implied += scaled_product(prop.adj, prev, 1.0 / prop.deg).sum(0) - cur.sum(0)
-        prev = cur
+        remove_some(prop, x_now, rng, step)
+    implied = sum(d.sum(0) for d in level_defects(prop, x_now)) + prop.residue_colsum()
     scale = np.abs(implied).max()
     assert np.all(np.abs(prop.implied_residue_colsum() - implied) <= prop.implied_residue_error() + 1e-12 * scale)
     drift = np.abs(prop.implied_residue_colsum() - prop.residue_colsum()).max()

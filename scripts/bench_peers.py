@@ -3,6 +3,7 @@
     pip install -e '.[peers]'                # OpenFGL in this env (pin torch first), or:
     python scripts/bench_peers.py --peer-python /path/to/peer-venv/bin/python --data-dir /path/to/data
     python scripts/bench_peers.py --algorithms fedavg --repeats 1 --rounds 20     # a quick look
+    python scripts/bench_peers.py --scenario graph --data-dir /path/to/data       # graph level (MUTAG)
 
 Protocol (issue #26): real Cora (Planetoid raw files under <data-dir>/Cora/raw), 10 Louvain clients,
 100 rounds, 1 full-batch local step per round, every client evaluated every round. The partition and
@@ -29,7 +30,17 @@ FedProx mu = OpenFGL's 1e-3; FedSage+ hides
 half of each client's validation nodes (fgx hide_ratio 0.2 = 0.5 x 40 % validation) and trains
 NeighGen for OpenFGL's 10 generator rounds (fgx: 5 local + 5 federated epochs before round 1, then
 rounds - 10 classifier rounds, averaged uniformly as OpenFGL does). Every number in the final JSON
-line is a ratio fgx / OpenFGL or a value measured in this run."""
+line is a ratio fgx / OpenFGL or a value measured in this run.
+
+Graph level (``--scenario graph``, issue #40): real MUTAG (TU raw files under <data-dir>/MUTAG/raw), the
+graphs at random over --clients clients (fgx's random partitioner, the run's seed) with fgx's split by
+graph, written once (the client of every node for fgx's partitioner=file, the client and split of every
+graph for OpenFGL's graph_fl files); FedAvg, GCFL+ and FedStar (--algorithms) with OpenFGL's graph
+defaults on both sides: 2 GIN layers, 64 hidden, dropout 0.5, Adam lr 0.01, weight decay 5e-4, one local
+epoch in batches of 128 graphs; GCFL+ eps1 0.05, eps2 0.1, sequences of 5; FedStar 16 + 16 structural
+encodings. The GIN layers differ in shape (OpenFGL's have batch norm and a 2x-wide MLP, fgx's are
+GCFL's), so the accuracies are each tool's own backbone under one protocol; accuracy is pooled over all
+clients' test graphs."""
 from __future__ import annotations
 
 import argparse
@@ -48,7 +59,8 @@ sys.path.insert(0, str(REPO))
 from fgx.bench import Bench, final_json, run_process  # noqa: E402
 
 DRIVER = REPO / "scripts" / "peers" / "openfgl_run.py"
-ALGORITHMS = ("fedavg", "fedprox", "local", "fedsage_plus", "fedpub")
+ALGORITHMS = ("fedavg", "fedprox", "local", "fedsage_plus", "fedpub", "gcfl_plus", "fedstar")
+GRAPH_ALGORITHMS = ("fedavg", "gcfl_plus", "fedstar")      # --scenario graph
 DEFAULT_ALGORITHMS = ("fedavg", "fedprox", "local", "fedsage_plus")
 FEDSAGE_GEN_ROUNDS = 10            # openfgl/flcore/fedsage_plus/fedsage_plus_config.py: gen_rounds
 # the acceptance targets of issue #26 (ratios are fgx / OpenFGL)
@@ -57,7 +69,20 @@ TARGETS = {"fedavg": {"time_ratio": 0.5, "acc_gap": 0.01}, "fedsage_plus": {"pro
 STARTUP_TARGET_S, FAIL_FAST_TARGET_S = 1.5, 5.0
 
 
+def fgx_graph_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
+    """Graph level: OpenFGL's graph_cls defaults (config.py; model/gin.py; gcfl_plus / fedstar configs)."""
+    gin = ["model.layers=2", "model.hidden=64", "model.dropout=0.5"]
+    return ["dataset=mutag", f"data_dir={a.data_dir}", "partitioner=file", f"partitioner.path={clients_file}",
+            f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
+            "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.lr=0.01",
+            "algorithm.weight_decay=5e-4", "algorithm.local_epochs=1", "algorithm.batch_size=128",
+            "metrics=[accuracy]", "model=gin_dc" if algo == "fedstar" else "model=gin_graph", *gin,
+            f"rounds={a.rounds}", *a.fgx_overrides]
+
+
 def fgx_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
+    if a.scenario == "graph":
+        return fgx_graph_overrides(algo, a, clients_file, run_dir)
     common = ["dataset=cora", f"data_dir={a.data_dir}", "partitioner=file", f"partitioner.path={clients_file}",
               f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
               "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1",
@@ -77,6 +102,8 @@ def write_clients(a, path: Path) -> dict:
     import torch
 
     from fgx.data.base import DataEnv
+    if a.scenario == "graph":
+        return write_graph_clients(a, path)
     from fgx.data.planetoid import PlanetoidParams, load_planetoid
     from fgx.partition.louvain import LouvainParams, louvain_partition
 
@@ -88,6 +115,27 @@ def write_clients(a, path: Path) -> dict:
     d = ds.data
     torch.save({"client": owner, "train_mask": d.train_mask, "val_mask": d.val_mask, "test_mask": d.test_mask}, path)
     return {"test_nodes": [int(d.test_mask[n].sum()) for n in parts], "client_sizes": [int(n.numel()) for n in parts]}
+
+
+def write_graph_clients(a, path: Path) -> dict:
+    """Graph level: fgx's random clients of MUTAG's graphs and its split by graph, for both tools."""
+    import torch
+
+    from fgx.data.base import DataEnv
+    from fgx.data.tu import TUParams, load_tu
+    from fgx.partition.random import RandomParams, random_partition
+
+    ds = load_tu(TUParams(tu_name="MUTAG"), DataEnv(data_dir=Path(a.data_dir), seed=a.seed, log=logging.getLogger("fgx")))
+    d = ds.data
+    parts = random_partition(RandomParams(num_clients=a.clients), d, ds.info, a.seed)
+    owner = torch.full((d.num_nodes,), -1, dtype=torch.long)
+    for c, nodes in enumerate(parts):
+        owner[nodes] = c
+    graph_client = owner[torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(d.graph).cumsum(0)[:-1]])]
+    torch.save({"client": owner, "graph_client": graph_client, "graph_train_mask": d.graph_train_mask,
+                "graph_val_mask": d.graph_val_mask, "graph_test_mask": d.graph_test_mask}, path)
+    return {"test_nodes": [int(d.graph_test_mask[graph_client == c].sum()) for c in range(a.clients)],
+            "client_sizes": [int((graph_client == c).sum()) for c in range(a.clients)]}
 
 
 def default_peer_python() -> str | None:
@@ -102,9 +150,12 @@ def main() -> int:
     ap.add_argument("--peer-python", default=default_peer_python(),
                     help="interpreter with openfgl-lib installed (default: $FGX_PEER_PYTHON, else this one when "
                          "the `peers` extra is installed here)")
-    ap.add_argument("--data-dir", default=os.environ.get("FGX_DATA_DIR"), help="data root with Cora/raw")
-    ap.add_argument("--algorithms", default=",".join(DEFAULT_ALGORITHMS),
-                    help=f"comma-separated, from {list(ALGORITHMS)}")
+    ap.add_argument("--data-dir", default=os.environ.get("FGX_DATA_DIR"), help="data root with Cora/raw (graph: MUTAG/raw)")
+    ap.add_argument("--scenario", choices=["node", "graph"], default="node",
+                    help="node: Cora, 10 Louvain clients; graph: MUTAG graph classification (FedAvg, GCFL+, FedStar)")
+    ap.add_argument("--algorithms", default=None,
+                    help=f"comma-separated, from {list(ALGORITHMS)} (default: {','.join(DEFAULT_ALGORITHMS)}; "
+                         f"graph: {','.join(GRAPH_ALGORITHMS)})")
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
@@ -119,15 +170,18 @@ def main() -> int:
     if a.write_clients:
         print(json.dumps(write_clients(a, Path(a.write_clients))))
         return 0
-    algos = [x for x in a.algorithms.split(",") if x]
-    bad = [x for x in algos if x not in ALGORITHMS]
+    allowed = GRAPH_ALGORITHMS if a.scenario == "graph" else ALGORITHMS[:5]
+    algos = [x for x in (a.algorithms or ",".join(GRAPH_ALGORITHMS if a.scenario == "graph" else DEFAULT_ALGORITHMS)
+                         ).split(",") if x]
+    bad = [x for x in algos if x not in allowed]
     if bad:
-        ap.error(f"unknown algorithm(s) {bad}; choose from {list(ALGORITHMS)}")
+        ap.error(f"unknown algorithm(s) {bad} for --scenario {a.scenario}; choose from {list(allowed)}")
     if not a.peer_python:
         ap.error("no OpenFGL interpreter: pip install -e '.[peers]' (after pinning torch), or pass --peer-python "
                  "(or set FGX_PEER_PYTHON) to a Python where openfgl-lib is installed")
-    if not a.data_dir or not (Path(a.data_dir) / "Cora" / "raw").is_dir():
-        ap.error(f"--data-dir {a.data_dir!r} has no Cora/raw (Planetoid raw files)")
+    dataset = "MUTAG" if a.scenario == "graph" else "Cora"
+    if not a.data_dir or not (Path(a.data_dir) / dataset / "raw").is_dir():
+        ap.error(f"--data-dir {a.data_dir!r} has no {dataset}/raw ({'TU' if a.scenario == 'graph' else 'Planetoid'} raw files)")
     a.data_dir = str(Path(a.data_dir).resolve())
     if a.rounds <= FEDSAGE_GEN_ROUNDS and "fedsage_plus" in algos:
         ap.error(f"--rounds must exceed OpenFGL's {FEDSAGE_GEN_ROUNDS} FedSage+ generator rounds")
@@ -140,7 +194,8 @@ def main() -> int:
         # at its parent's (exec keeps the old address space's high-water mark) and would inflate both tools
         written = json.loads(run_process([sys.executable, __file__, "--write-clients", str(clients_file),
                                           "--data-dir", a.data_dir, "--seed", str(a.seed), "--clients",
-                                          str(a.clients), "--peer-python", a.peer_python]).check(
+                                          str(a.clients), "--peer-python", a.peer_python, "--scenario",
+                                          a.scenario]).check(
             "writing the partition").stdout.strip().splitlines()[-1])
         peer_root = work / "openfgl_root"
         env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
@@ -149,6 +204,7 @@ def main() -> int:
             return [a.peer_python, str(DRIVER), "--root", str(peer_root), "--data-dir", a.data_dir, "--clients",
                     str(clients_file), "--algorithm", algo, "--rounds", str(rounds), "--epochs", "1",
                     "--num-clients", str(a.clients), "--eval-model", a.eval_model, "--seed", str(a.seed),
+                    "--scenario", a.scenario, "--dataset", dataset,
                     "--out", str(out)] + (["--prepare-only"] if prepare else [])
 
         run_process(peer_cmd("fedavg", work / "prep.json", a.rounds, prepare=True), timeout=a.timeout).check(
@@ -198,7 +254,7 @@ def main() -> int:
 
         print(f"\n(this process's own peak RSS, a floor under every child's: "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
-        print(f"\nfgx vs OpenFGL on Cora, {a.clients} clients, {a.rounds} rounds, 1 local step, every client "
+        print(f"\nfgx vs OpenFGL on {dataset}, {a.clients} clients, {a.rounds} rounds, 1 local epoch, every client "
               f"evaluated every round, eval_model={a.eval_model}; median [min, max] of {a.repeats} interleaved repeats")
         bench.print_table()
         floor.print_table()
@@ -217,7 +273,8 @@ def main() -> int:
                              "torch_first_step_s": round(floor.median("torch: one Adam step", "process_s"), 3),
                              "fgx_fail_fast_s": round(fs["process_s"]["median"], 3)}
         result["eval_model"] = a.eval_model
-        result["targets_met"] = targets_met(result)
+        result["scenario"] = a.scenario
+        result["targets_met"] = targets_met(result) if a.scenario == "node" else None   # issue #26's are Cora's
         final_json(result)
     return 0
 

@@ -24,7 +24,7 @@ from contextlib import redirect_stdout
 from pathlib import Path
 
 ALGORITHMS = {"fedavg": "fedavg", "fedprox": "fedprox", "local": "isolate", "fedsage_plus": "fedsage_plus",
-              "fedpub": "fedpub"}
+              "fedpub": "fedpub", "gcfl_plus": "gcfl_plus", "fedstar": "fedstar"}
 
 
 def process_start_time() -> float | None:
@@ -80,6 +80,40 @@ def write_openfgl_files(args, clients_file: Path, data_dir: Path, dataset: str) 
                 pickle.dump(nodes[mask].tolist(), f)
 
 
+def write_openfgl_graph_files(args, clients_file: Path, data_dir: Path, dataset: str) -> None:
+    """Graph level: each client's graphs as OpenFGL's graph_fl simulations save them (a subset of its
+    TUDataset with ``num_global_classes`` and ``global_map``) and the written split by graph."""
+    import torch
+    from openfgl.data.distributed_dataset_loader import FGLDataset
+    from openfgl.data.global_dataset_loader import load_global_dataset
+
+    spec = torch.load(clients_file, weights_only=True)
+    raw_dst = Path(args.root) / "global" / "graph_fl" / dataset / "raw"
+    if not raw_dst.exists():
+        raw_dst.mkdir(parents=True)
+        for f in (data_dir / dataset / "raw").iterdir():
+            shutil.copy(f, raw_dst / f.name)
+    glob = load_global_dataset(str(Path(args.root) / "global"), scenario="graph_fl", dataset=dataset)
+    owner = spec["graph_client"]
+    if owner.numel() != len(glob):
+        raise SystemExit(f"{clients_file}: {owner.numel()} graphs, OpenFGL's {dataset} has {len(glob)}")
+    processed = Path(FGLDataset.processed_dir.fget(type("A", (), {"args": args, "distrib_root":
+                                                                 str(Path(args.root) / "distrib")})()))
+    split_dir = processed / "graph_cls" / "default_split"
+    split_dir.mkdir(parents=True, exist_ok=True)
+    for cid in range(int(owner.max()) + 1):
+        ids = (owner == cid).nonzero().view(-1)             # sorted by global id, as fgx's clients
+        sub = glob.copy(ids)
+        sub.num_global_classes = glob.num_classes
+        sub.global_map = {i: int(g) for i, g in enumerate(ids.tolist())}
+        torch.save(sub, processed / f"data_{cid}.pt")
+        for split in ("train", "val", "test"):
+            mask = spec[f"graph_{split}_mask"][ids].clone()
+            torch.save(mask, split_dir / f"{split}_{cid}.pt")
+            with open(split_dir / f"glb_{split}_{cid}.pkl", "wb") as f:
+                pickle.dump(ids[mask].tolist(), f)
+
+
 def allow_pyg_data_in_torch_load() -> None:
     """OpenFGL 1.1.0 reads its client files with a bare torch.load, which torch >= 2.6 runs with
     weights_only=True: PyG's Data classes must be allow-listed (the files are the ones written above)."""
@@ -100,7 +134,7 @@ def pooled_accuracy(trainer, eval_model: str) -> tuple[float, list[dict]]:
         else:
             res = trainer.server.task.evaluate(c.task.splitted_data, mute=True)
         n_test = int(c.task.test_mask.sum())
-        rows.append({"accuracy": float(res["accuracy_test"]), "test_nodes": n_test})
+        rows.append({"accuracy": float(res["accuracy_test"]), "test_nodes": n_test})   # graph level: test graphs
     total = sum(r["test_nodes"] for r in rows)
     return sum(r["accuracy"] * r["test_nodes"] for r in rows) / max(total, 1), rows
 
@@ -118,6 +152,8 @@ def main() -> int:
     ap.add_argument("--eval-model", choices=["local", "global"], default="local")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prepare-only", action="store_true", help="write OpenFGL's files and stop")
+    ap.add_argument("--scenario", choices=["node", "graph"], default="node",
+                    help="node: subgraph_fl node classification; graph: graph_fl graph classification")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -128,19 +164,26 @@ def main() -> int:
 
     args.root = a.root
     args.dataset = [a.dataset]
-    args.simulation_mode = "subgraph_fl_louvain"
+    args.simulation_mode = "subgraph_fl_louvain" if a.scenario == "node" else "graph_fl_topology_skew"
+    if a.scenario == "graph":      # the files written below replace the simulation (its name only names the folder)
+        args.scenario, args.task = "graph_fl", "graph_cls"
     args.num_clients = a.num_clients
     args.num_rounds = a.rounds
     args.num_epochs = a.epochs
     args.fl_algorithm = ALGORITHMS[a.algorithm]
-    args.model = ["gcn"]
+    args.model = ["gcn" if a.scenario == "node" else "gin"]
     args.metrics = ["accuracy"]
     args.evaluation_mode = f"{a.eval_model}_model_on_local_data"
     args.use_cuda = False
     args.seed = a.seed
     if a.prepare_only:
-        write_openfgl_files(args, Path(a.clients), Path(a.data_dir), a.dataset)
+        write = write_openfgl_files if a.scenario == "node" else write_openfgl_graph_files
+        write(args, Path(a.clients), Path(a.data_dir), a.dataset)
         return 0
+    if a.scenario == "graph":
+        # OpenFGL 1.1.0 reads a client's graphs (a pickled TUDataset subset, the files written above by this
+        # script) with a bare torch.load, which torch >= 2.6 runs with weights_only=True
+        os.environ["TORCH_FORCE_NO_WEIGHTS_ONLY_LOAD"] = "1"
 
     from openfgl.flcore.trainer import FGLTrainer
     from openfgl.utils.basic_utils import seed_everything

@@ -38,6 +38,22 @@ def process_start_time() -> float | None:
         return None
 
 
+SPLITS = ("train", "val", "test")
+
+
+def save_client(processed: Path, split_dir: Path, cid: int, sub, ids, masks: dict) -> None:
+    """One client's data file and its split as OpenFGL reads them: masks over the client's items
+    (``masks[split][ids]``) and the global ids of each split's items."""
+    import torch
+
+    torch.save(sub, processed / f"data_{cid}.pt")
+    for split in SPLITS:
+        mask = masks[split][ids].clone()
+        torch.save(mask, split_dir / f"{split}_{cid}.pt")
+        with open(split_dir / f"glb_{split}_{cid}.pkl", "wb") as f:
+            pickle.dump(ids[mask].tolist(), f)
+
+
 def write_openfgl_files(args, clients_file: Path, data_dir: Path, dataset: str) -> None:
     """OpenFGL's own on-disk layout for the given clients: its FGLDataset then finds them "processed"."""
     import torch
@@ -72,12 +88,7 @@ def write_openfgl_files(args, clients_file: Path, data_dir: Path, dataset: str) 
         sub = Data(x=data.x[nodes], edge_index=local[ei[:, inside]], y=data.y[nodes])
         sub.global_map = {i: int(g) for i, g in enumerate(nodes.tolist())}
         sub.num_global_classes = int(data.y.max()) + 1
-        torch.save(sub, processed / f"data_{cid}.pt")
-        for split in ("train", "val", "test"):
-            mask = spec[f"{split}_mask"][nodes].clone()
-            torch.save(mask, split_dir / f"{split}_{cid}.pt")
-            with open(split_dir / f"glb_{split}_{cid}.pkl", "wb") as f:
-                pickle.dump(nodes[mask].tolist(), f)
+        save_client(processed, split_dir, cid, sub, nodes, {s: spec[f"{s}_mask"] for s in SPLITS})
 
 
 def write_openfgl_graph_files(args, clients_file: Path, data_dir: Path, dataset: str) -> None:
@@ -106,12 +117,7 @@ def write_openfgl_graph_files(args, clients_file: Path, data_dir: Path, dataset:
         sub = glob.copy(ids)
         sub.num_global_classes = glob.num_classes
         sub.global_map = {i: int(g) for i, g in enumerate(ids.tolist())}
-        torch.save(sub, processed / f"data_{cid}.pt")
-        for split in ("train", "val", "test"):
-            mask = spec[f"graph_{split}_mask"][ids].clone()
-            torch.save(mask, split_dir / f"{split}_{cid}.pt")
-            with open(split_dir / f"glb_{split}_{cid}.pkl", "wb") as f:
-                pickle.dump(ids[mask].tolist(), f)
+        save_client(processed, split_dir, cid, sub, ids, {s: spec[f"graph_{s}_mask"] for s in SPLITS})
 
 
 def allow_pyg_data_in_torch_load() -> None:

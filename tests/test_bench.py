@@ -40,20 +40,23 @@ def test_bench_interleaves_repeats_and_reports_median_and_range():
     assert "label" not in bench.stats("b")
 
 
-def test_bench_peers_partition_is_the_one_fgx_trains_on(data_root, run_fgx, tmp_path):
-    """The file bench_peers writes once is what fgx's partitioner=file reads: same clients, same split."""
+@pytest.mark.parametrize("scenario", ["node", "graph"])
+def test_bench_peers_partition_is_the_one_fgx_trains_on(data_root, run_fgx, tmp_path, scenario):
+    """The file bench_peers writes once is what fgx's partitioner=file reads: same clients, same split
+    (graph level: the same graphs per client and the same test graphs)."""
     sys.path.insert(0, str(REPO / "scripts"))
     try:
         import bench_peers
     finally:
         sys.path.pop(0)
-    a = Namespace(data_dir=str(data_root), seed=0, clients=4, rounds=2, eval_model="local", fgx_overrides=[])
+    a = Namespace(data_dir=str(data_root), seed=0, clients=4, rounds=2, eval_model="local", fgx_overrides=[],
+                  scenario=scenario)
     written = bench_peers.write_clients(a, tmp_path / "clients.pt")
     over = bench_peers.fgx_overrides("fedavg", a, tmp_path / "clients.pt", tmp_path / "unused")
     over = [o for o in over if not o.startswith("hydra.run.dir")]
     d = run_fgx(*over)
     part = json.loads((d / "partition.json").read_text())
-    assert [c["nodes"] for c in part["clients"]] == written["client_sizes"]
+    assert [c["graphs" if scenario == "graph" else "nodes"] for c in part["clients"]] == written["client_sizes"]
     assert [c["test"] for c in part["clients"]] == written["test_nodes"]
     s = json.loads((d / "summary.json").read_text())
     assert s["eval_model"] == "local" and s["components"]["partitioner"] == "file"

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 @dataclass
 class DatasetInfo:
     name: str
-    task: str                    # "node" | "edge" | "ranking" | "regression"
+    task: str                    # "node" | "edge" | "ranking" | "regression" | "graph"
     num_classes: int
     main_metric: str
     source: str                  # "real" | "generated"

@@ -23,7 +23,7 @@ def sweep_methods(preset: str) -> tuple[str, list[str]]:
     """(the swept key, its values) from the preset's hydra.sweeper.params, or its protocol's."""
     cfg = OmegaConf.load(CONF / "experiment" / f"{preset}.yaml")
     params = OmegaConf.select(cfg, "hydra.sweeper.params")
-    if params is None:
+    if params is None or not ({"method", "algorithm"} & set(params)):
         proto = next(d["/protocol"] for d in cfg.defaults if isinstance(d, dict) or OmegaConf.is_dict(d)
                      if "/protocol" in d)
         params = OmegaConf.load(CONF / "protocol" / f"{proto}.yaml").hydra.sweeper.params

@@ -20,6 +20,7 @@ import json
 import os
 from pathlib import Path
 
+from fgx.config import default_data_dir
 from fgx.provenance import code_changes, provenance  # noqa: F401 - provenance: the collecting command's
 from fgx.report.runs import IGNORED_OVERRIDES, Run
 
@@ -71,8 +72,19 @@ def run_entry(run: Run, collected_by: dict) -> dict:
     prov = {k: own[k] for k in PROVENANCE_KEYS if k in own} if isinstance(own, dict) else \
         {**collected_by, "provenance": "collected"}
     progress = training_progress(run.path, run.summary.get("main_metric"))
-    return {"overrides": cell_overrides(run.overrides), "summary": summary,
-            "config_sha": run.summary.get("config_sha"), **({"progress": progress} if progress else {}), **prov}
+    entry = {"overrides": cell_overrides(run.overrides), "summary": summary,
+             "config_sha": run.summary.get("config_sha"), **({"progress": progress} if progress else {}), **prov}
+    return portable(entry, [run.overrides.get("data_dir"), default_data_dir()])
+
+
+def portable(entry: dict, roots: list[str | None]) -> dict:
+    """The entry with the data roots of the machine that ran it written as ``<data root>`` (in commands and
+    file paths alike): a committed record names no folder of one machine (tests/test_no_machine_paths.py)."""
+    text = json.dumps(entry)
+    for root in sorted({str(Path(r).expanduser().resolve()) for r in roots if r}, key=len, reverse=True):
+        if Path(root).is_absolute() and len(Path(root).parts) > 1:
+            text = text.replace(json.dumps(root)[1:-1], "<data root>")
+    return json.loads(text)
 
 
 def training_progress(run_dir: Path, metric: str | None) -> dict | None:

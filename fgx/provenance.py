@@ -26,6 +26,10 @@ DEPENDENCIES = ("torch", "torch_geometric", "numpy", "scipy", "scikit-learn", "n
                 "dp-accounting", "opacus", "hydra-core", "omegaconf")
 
 
+# the code that launches, records and judges runs, not what they compute: a change there leaves results as they are
+NOT_COMPUTATION = ("fgx/tables/", "fgx/report/", "fgx/commands/", "fgx/cli.py", "fgx/launch.py", "fgx/provenance.py")
+
+
 def file_sha(path: Path) -> str | None:
     try:
         return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
@@ -44,7 +48,9 @@ def loaded_source_files() -> list[str]:
             continue
         p = Path(f).resolve()
         if p.suffix == ".py" and PACKAGE_DIR in p.parents:
-            out.add(p.relative_to(REPO).as_posix())
+            rel = p.relative_to(REPO).as_posix()
+            if not rel.startswith(NOT_COMPUTATION):
+                out.add(rel)
     return sorted(out)
 
 
@@ -69,7 +75,8 @@ def code_changes(code: dict) -> list[str]:
     and changed library versions, each named."""
     now = dependency_versions()
     out = [f"{f} {'removed' if file_sha(REPO / f) is None else 'changed'}"
-           for f, sha in sorted((code.get("files") or {}).items()) if file_sha(REPO / f) != sha]
+           for f, sha in sorted((code.get("files") or {}).items())
+           if not f.startswith(NOT_COMPUTATION) and file_sha(REPO / f) != sha]
     out += [f"{d} {v} → {now.get(d)}" for d, v in sorted((code.get("deps") or {}).items()) if now.get(d) != v]
     return out
 

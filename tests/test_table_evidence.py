@@ -147,6 +147,15 @@ def test_resuming_a_table_keeps_each_earlier_runs_own_provenance(tiny):
     assert all(e["launched_by"] == "fgx repro tiny --record" for e in new)
 
 
+def test_a_row_removed_from_the_table_leaves_its_record(tiny):
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(TINY_TABLE.replace("method: local_gcn,fedavg_gcn", "method: fedavg_gcn"))
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)     # resumes: nothing reruns
+    runs = json.loads((tiny / "results" / "tiny.json").read_text())["runs"]
+    assert sorted(e["overrides"]["method"] for e in runs) == ["fedavg_gcn", "fedavg_gcn"]
+
+
 def test_editing_a_source_file_a_records_runs_imported_makes_it_stale(tiny, monkeypatch):
     import fgx.provenance as provenance
     from fgx.tables.run import record_result
@@ -163,6 +172,10 @@ def test_editing_a_source_file_a_records_runs_imported_makes_it_stale(tiny, monk
     res = record_result(tiny / "conf", "tiny")
     assert res.status == "stale" and res.stale == ["code: fgx/models/gcn.py changed"]
     (copy / "fgx" / "models" / "gcn.py").unlink()
+    assert record_result(tiny / "conf", "tiny").stale == ["code: fgx/models/gcn.py removed"]
+    # the code that launches and judges runs is not what they computed: editing it changes no result
+    run_py = copy / "fgx" / "tables" / "run.py"
+    run_py.write_text(run_py.read_text() + "\n# an edit\n")
     assert record_result(tiny / "conf", "tiny").stale == ["code: fgx/models/gcn.py removed"]
     # a library version the runs used
     monkeypatch.setattr(provenance, "REPO", REPO)

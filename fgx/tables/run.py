@@ -181,7 +181,7 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
     entries, configs, refused = collect(conf, name, out, command)
     if entries:
         base = load_record(conf, name) if record else None
-        merged = merge(base, name, entries, configs)
+        merged = drop_retired_cells(merge(base, name, entries, configs), table_sweep(name))
         path = write_record(conf, name, merged) if record else _write_local(out, name, merged)
         res = result_of_record(conf, name, merged, t)
         res.files.append(path)
@@ -193,6 +193,17 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
     res.files += _plot(name, t, out, res.extra.get("metric"))
     res.files += _write(res, out, res.extra)
     return res
+
+
+def drop_retired_cells(record: dict, sweep: dict) -> dict:
+    """The record without runs of rows the table no longer sweeps (a method removed from the preset): a
+    record holds the cells of the table as it is now. Sweeps in another syntax than a list are kept."""
+    allowed = {k: {x.strip() for x in str(v).split(",")} for k, v in sweep.items()
+               if k != "seed" and "(" not in str(v)}
+    runs = [e for e in record.get("runs", [])
+            if all(e["overrides"][k] in vs for k, vs in allowed.items() if k in e.get("overrides", {}))]
+    used = {e.get("config_sha") for e in runs}
+    return {**record, "runs": runs, "configs": {s: c for s, c in record.get("configs", {}).items() if s in used}}
 
 
 def _write_local(out: Path, name: str, rec: dict) -> Path:

@@ -84,13 +84,13 @@ def test_output_directory_that_cannot_exist_is_a_clear_error(tmp_path, monkeypat
 
 
 def test_read_only_output_location_is_a_clear_error(tmp_path, monkeypatch, tiny_cfg):
-    import fgx.cli as cli
+    import fgx.launch as launch
 
     def refuse(*a, **k):
         raise PermissionError(errno.EACCES, "Permission denied")
 
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(cli.tempfile, "mkdtemp", refuse)    # root ignores chmod, so simulate it
+    monkeypatch.setattr(launch.tempfile, "mkdtemp", refuse)    # root ignores chmod, so simulate it
     with pytest.raises(SystemExit) as e:
         main(["run", *tiny_cfg, f"hydra.run.dir={tmp_path / 'out'}"])
     assert "not writable" in str(e.value) and "Permission denied" in str(e.value)

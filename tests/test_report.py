@@ -226,7 +226,7 @@ def test_a_numeric_key_is_sorted_inside_the_groups_that_come_first(tmp_path):
 
 
 def test_the_printed_run_summary_shows_metrics_not_bookkeeping_counts(capsys):
-    from fgx.cli import _print_summary
+    from fgx.launch import _print_summary
 
     _print_summary({"components": {"algorithm": "lpsfed"}, "data": {"name": "movielens100k", "source": "real"},
                     "final": {"ndcg@20": 0.21234, "recall@20": 0.3, "num_users": 235.75},

@@ -55,7 +55,7 @@ def test_no_committed_file_names_a_path_of_one_machine():
 
 @pytest.mark.parametrize("name, line, flagged", [
     ("conf/tuned/t/m.yaml", "# chosen by `fgx tune t data_dir=" + "/wo" + "rk/data-lead`", True),
-    ("docs/x.md", "fgx run dataset=cora data_dir=/tmp/fgxdata", True),
+    ("docs/x.md", "fgx run dataset=cora data_dir=/" + "tmp/fgxdata", True),
     ("scripts/b.py", "python scripts/b.py --data-dir /srv/data", True),
     ("docs/x.md", "/usr/local/bin/" + "cpu" + "job --quiet python scripts/b.py", True),
     ("tests/t.py", "cd " + "/ho" + "me/alice/fgx", True),

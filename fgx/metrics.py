@@ -165,7 +165,9 @@ def bootstrap_standard_error(scores: torch.Tensor, labels: torch.Tensor, group: 
     bootstrap resamples of the items, each client's items resampled within the client. A gap between
     two methods below it is one a few test predictions can move (fgx/tables decides nothing on it).
     All resamples are scored in one :func:`grouped_classification_metrics` call (replicate r, client
-    c is group r·G + c); ``reps`` shrinks so that at most ``max_items`` items are scored (at least 20)."""
+    c is group r·G + c); ``reps`` shrinks so that at most ``max_items`` items are scored (at least 20).
+    Not scipy.stats.bootstrap: it resamples one sample per call, and here every client's items are
+    resampled within the client and scored by the grouped metric in a single pass."""
     n = labels.numel()
     if n == 0:
         return {m: float("nan") for m in names}

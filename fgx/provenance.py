@@ -8,6 +8,7 @@ fgx computes with. A record goes stale when one of those files or versions chang
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import os
@@ -30,11 +31,38 @@ DEPENDENCIES = ("torch", "torch_geometric", "numpy", "scipy", "scikit-learn", "n
 NOT_COMPUTATION = ("fgx/tables/", "fgx/report/", "fgx/commands/", "fgx/cli.py", "fgx/launch.py", "fgx/provenance.py")
 
 
+def _semantic_sha(source: bytes) -> str | None:
+    """sha of a module's syntax tree without comments and docstrings: a change to either leaves what
+    the code computes as it was, so it must not make a record stale. Not parseable: the raw bytes."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return hashlib.sha256(source).hexdigest()[:12]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant) and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree, annotate_fields=False).encode()).hexdigest()[:12]
+
+
 def file_sha(path: Path) -> str | None:
     try:
-        return hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        return _semantic_sha(path.read_bytes())
     except OSError:
         return None
+
+
+def _unchanged_since(f: str, sha: str, commit: str | None) -> bool:
+    """Whether ``f`` computes what it did when its sha was recorded. Records written before fingerprints
+    ignored comments hold the sha of the raw file: the file at the record's commit tells both apart."""
+    now = file_sha(REPO / f)
+    if now == sha:
+        return True
+    if now is None or not commit:
+        return False
+    old = _git_bytes("show", f"{commit}:{f}")
+    return old is not None and hashlib.sha256(old).hexdigest()[:12] == sha and _semantic_sha(old) == now
 
 
 def loaded_source_files() -> list[str]:
@@ -70,15 +98,23 @@ def code_fingerprint(files: list[str] | None = None) -> dict:
     return {"files": {f: file_sha(REPO / f) for f in files}, "deps": dependency_versions()}
 
 
-def code_changes(code: dict) -> list[str]:
+def code_changes(code: dict, commit: str | None = None) -> list[str]:
     """What differs between a recorded fingerprint and the code here now: changed or removed files
-    and changed library versions, each named."""
+    and changed library versions, each named. ``commit``: the commit the fingerprint was taken at."""
     now = dependency_versions()
     out = [f"{f} {'removed' if file_sha(REPO / f) is None else 'changed'}"
            for f, sha in sorted((code.get("files") or {}).items())
-           if not f.startswith(NOT_COMPUTATION) and file_sha(REPO / f) != sha]
+           if not f.startswith(NOT_COMPUTATION) and not _unchanged_since(f, sha, commit)]
     out += [f"{d} {v} → {now.get(d)}" for d, v in sorted((code.get("deps") or {}).items()) if now.get(d) != v]
     return out
+
+
+def _git_bytes(*args: str) -> bytes | None:
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout if out.returncode == 0 else None
 
 
 def _git(*args: str) -> str | None:

@@ -153,9 +153,9 @@ def code_staleness(record: dict) -> list[str]:
         if not isinstance(code, dict):
             unknown += 1
             continue
-        key = json.dumps(code, sort_keys=True)
+        key = json.dumps([code, e.get("commit")], sort_keys=True)
         if key not in seen:
-            seen[key] = code_changes(code)
+            seen[key] = code_changes(code, e.get("commit"))
         out += [c for c in seen[key] if c not in out]
     if unknown:
         out.append(f"{unknown} run(s) recorded before code fingerprints")

@@ -270,3 +270,39 @@ def test_the_tables_and_the_report_have_no_import_circle_and_report_only_reads_r
     forbidden = ("fgx.cli", "fgx.launch", "fgx.commands", "fgx.privacy", "fgx.decentral", "fgx.tables")
     for m in (n for n in g if n.startswith("fgx.report")):
         assert not [t for t in nx.descendants(g, m) if t.startswith(forbidden)], m
+
+
+def test_a_spot_check_carries_a_stale_record_over_only_when_every_number_is_the_same(tiny, capsys):
+    from fgx.tables.run import record_result
+
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
+    path = tiny / "results" / "tiny.json"
+    rec = json.loads(path.read_text())
+    for e in rec["runs"]:                       # as if fgx/models/gcn.py had changed since the runs
+        e["code"]["files"]["fgx/models/gcn.py"] = "000000000000"
+    path.write_text(json.dumps(rec))
+    assert record_result(tiny / "conf", "tiny").stale == ["code: fgx/models/gcn.py changed"]
+
+    # a recorded number the code does not give (seed 1's: the spot check reruns seed 0, then seed 1)
+    tampered = json.loads(path.read_text())
+    run = next(e for e in tampered["runs"] if e["overrides"] == {"method": "local_gcn", "seed": "1"})
+    run["summary"]["final"]["accuracy"] += 0.01
+    path.write_text(json.dumps(tampered))
+    assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot0")]) == 0    # seed 0 is untouched
+    assert record_result(tiny / "conf", "tiny").stale == []
+    path.write_text(json.dumps(tampered))
+    assert main(["repro", "tiny", "seed=1", "--spot-check", "--out", str(tiny / "spot1")]) == 1
+    assert "differs: method=local_gcn seed=1: final.accuracy" in capsys.readouterr().out
+    assert json.loads(path.read_text()) == tampered                   # nothing written
+    assert record_result(tiny / "conf", "tiny").stale == ["code: fgx/models/gcn.py changed"]
+
+    path.write_text(json.dumps(rec))
+    assert main(["repro", "tiny", "seed=1", "--spot-check", "--out", str(tiny / "spot1b")]) == 0
+    carried = json.loads(path.read_text())
+    assert [e["summary"] for e in carried["runs"]] == [e["summary"] for e in rec["runs"]]   # numbers kept
+    assert [e["date"] for e in carried["runs"]] == [e["date"] for e in rec["runs"]]         # own dates kept
+    assert all(e["verified"]["seed"] == "1" and e["verified"]["rows"] == 2 for e in carried["runs"])
+    assert record_result(tiny / "conf", "tiny").stale == []
+    # a seed the record does not hold is refused before anything runs
+    assert main(["repro", "tiny", "seed=7", "--spot-check", "--out", str(tiny / "spot7")]) == 2
+    assert not (tiny / "spot7").exists()

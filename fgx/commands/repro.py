@@ -36,6 +36,8 @@ def cmd_repro(args) -> int:
         else:
             print(f"{args.name}: {'accounting' if t['accounting'] is not None else t['command']}, nothing to compose")
         return 0
+    if args.spot_check:
+        return _spot_check(conf, args)
     try:
         if args.docs:
             if args.dry_run:
@@ -62,6 +64,34 @@ def cmd_repro(args) -> int:
     return 0 if all(c.ok is not False for c in res.checks) and not res.problems else 1
 
 
+def _spot_check(conf: Path, args) -> int:
+    from fgx.tables.spotcheck import TOLERANCE, spot_check
+
+    if not args.name:
+        print("fgx repro: --spot-check needs a table name", file=sys.stderr)
+        return 2
+    seed = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("seed=")), None)
+    rest = [o for o in args.overrides if not o.startswith("seed=")]
+    out = Path(args.out) if args.out else Path("outputs") / "spot_check" / args.name
+    from fgx.report.runs import ReportError
+    try:
+        res = spot_check(conf, args.name, out, seed=seed, overrides=rest)
+    except ReportError as e:
+        print(f"fgx repro: {e}", file=sys.stderr)
+        return 2
+    print(f"{args.name}: seed {res.seed} rerun for {res.compared} row(s), {res.numbers} numbers compared, "
+          f"largest difference {res.max_diff:.2g} (tolerance {TOLERANCE:g})")
+    for m in res.missing:
+        print(f"  no rerun for {m}")
+    for d in res.differences:
+        print(f"  differs: {d}")
+    if res.ok:
+        print(f"same numbers: the record now carries today's code and config fingerprints ({res.written})")
+        return 0
+    print(f"not carried over: run `fgx repro {args.name} --record` again")
+    return 1
+
+
 def register(sub) -> None:
     p = sub.add_parser("repro", help="run a paper table (conf/experiment/NAME) as one multirun, record it (--record: in "
                                      "results/NAME.json) and compare with the paper (conf/targets/NAME)")
@@ -74,6 +104,9 @@ def register(sub) -> None:
     p.add_argument("--record", action="store_true", help="merge the completed cells into the project's record "
                                                          "results/NAME.json (the maintainer's command); without it "
                                                          "the record goes into the output folder only")
+    p.add_argument("--spot-check", action="store_true",
+                   help="rerun one seed (seed=N, default the table's first) of every row of the record and, when "
+                        "each gives the recorded numbers, carry the record over to today's code and config")
     p.add_argument("--list", action="store_true", help="list the tables and their computed statuses")
     p.add_argument("--dry-run", action="store_true", help="check every job of the table (configs composed and "
                                                            "validated) and run nothing")

@@ -83,5 +83,10 @@ def _provenance_line(record: dict) -> str:
     span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} … {dates[-1]}"
     collected = sum(1 for r in runs if r.get("provenance") == "collected")
     note = f"; {collected} run(s) made before per-run provenance carry the collecting command's" if collected else ""
+    checks = {(v["by"], v["commit"]) for r in runs if isinstance(v := r.get("verified"), dict)}
+    for by, commit in sorted(checks):
+        v = next(r["verified"] for r in runs if (r.get("verified") or {}).get("by") == by)
+        note += (f"; carried over to the code of commit {commit} by `{by}` (seed {v['seed']} of "
+                 f"{v['rows']} rows rerun, {v['numbers']} numbers equal, largest difference {v['max_abs_diff']:.1g})")
     return (f"Record `results/{record['table']}.json`: {len(runs)} run(s), {span}, commit {', '.join(commits)}{dirty}; "
             f"{'; '.join(machines)}{note}.")

@@ -1,0 +1,131 @@
+"""``fgx repro NAME --spot-check``: rerun one seed of every row of a stale record and, when each rerun
+gives the recorded numbers, carry the record over to the code (and config) of today.
+
+A record goes stale whenever a module its runs imported changes, also when the change computes the
+same thing (a refactor, a new option whose default keeps the old behaviour). Rerunning every seed of
+every row to prove that costs the table's full compute; fgx runs are deterministic on CPU for a seed,
+so one seed per row rerun under today's code is the test: every recorded metric of that seed equal
+within ``TOLERANCE`` (thread-count rounding), every row. Then each run of the record keeps its numbers
+and its own command and date, takes today's code fingerprint and config fingerprint, and says how it
+was carried over (``verified``). One differing number and nothing is written: the table must be rerun.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fgx.report.runs import ReportError
+from fgx.tables.records import load_record, provenance, write_record
+
+TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
+COMPARED = ("final", "best", "best_client")
+
+
+@dataclass
+class SpotCheck:
+    name: str
+    seed: str
+    compared: int = 0                                      # runs compared (one per row)
+    numbers: int = 0                                       # numbers compared in all
+    max_diff: float = 0.0
+    differences: list[str] = field(default_factory=list)   # "row: metric recorded → now"
+    missing: list[str] = field(default_factory=list)       # rows whose rerun did not complete
+    written: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.compared > 0 and not self.differences and not self.missing
+
+
+def _numbers(summary: dict) -> dict[str, float]:
+    from fgx.loggers import flatten
+
+    out = {}
+    for key in COMPARED:
+        if isinstance(summary.get(key), dict):
+            for k, v in flatten(summary[key]).items():
+                if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    out[f"{key}.{k}"] = float(v)
+    return out
+
+
+def compare(recorded: dict, rerun: dict) -> tuple[int, float, list[str]]:
+    """Numbers compared, the largest absolute difference, and each number that differs (or is missing
+    on one side) between a recorded summary and its rerun's."""
+    a, b = _numbers(recorded), _numbers(rerun)
+    diffs, worst = [], 0.0
+    for k in sorted(set(a) | set(b)):
+        if k not in a or k not in b:
+            diffs.append(f"{k} {'only recorded' if k in a else 'only in the rerun'}")
+            continue
+        if math.isnan(a[k]) and math.isnan(b[k]):
+            continue
+        d = abs(a[k] - b[k])
+        worst = max(worst, d if d == d else math.inf)
+        if not d <= TOLERANCE:
+            diffs.append(f"{k} {a[k]:.6g} → {b[k]:.6g}")
+    return len(set(a) | set(b)), worst, diffs
+
+
+def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
+               overrides: list[str] | None = None) -> SpotCheck:
+    from fgx.launch import run as launch
+    from fgx.provenance import launched_by
+    from fgx.tables.run import collect
+    from fgx.tables.spec import table_sweep
+
+    record = load_record(conf, name)
+    if not record or not record.get("runs"):
+        raise ReportError(f"{name}: no record with runs to spot-check; run `fgx repro {name} --record`")
+    seeds = [s.strip() for s in str(table_sweep(name).get("seed", "0")).split(",")]
+    seed = str(seed if seed is not None else seeds[0])
+    ours = [e for e in record["runs"] if str(e["overrides"].get("seed")) == seed]
+    if not ours:
+        raise ReportError(f"{name}: the record has no run of seed {seed} (its seeds: "
+                          f"{sorted({str(e['overrides'].get('seed')) for e in record['runs']})})")
+    command = " ".join(["fgx repro", name, f"seed={seed}", *(overrides or []), "--spot-check"])
+    with launched_by(command):
+        launch(["-m", f"+experiment={name}", f"seed={seed}", f"hydra.sweep.dir={out}", "resume=true",
+                *(overrides or [])])
+    entries, configs, refused = collect(conf, name, out, command)
+    if refused:
+        raise ReportError(f"{name}: reruns that are not cells of the table: {'; '.join(refused)}")
+    key = lambda e: json.dumps(e["overrides"], sort_keys=True)
+    rerun = {key(e): e for e in entries}
+    res = SpotCheck(name, seed)
+    row = lambda e: json.dumps({k: v for k, v in e["overrides"].items() if k != "seed"}, sort_keys=True)
+    res.missing += sorted({row(e) for e in record["runs"]} - {row(e) for e in ours})   # rows without this seed
+    for e in ours:
+        label = " ".join(f"{k}={v}" for k, v in e["overrides"].items())
+        new = rerun.get(key(e))
+        if new is None:
+            res.missing.append(label)
+            continue
+        n, worst, diffs = compare(e["summary"], new["summary"])
+        res.compared += 1
+        res.numbers += n
+        res.max_diff = max(res.max_diff, worst)
+        res.differences += [f"{label}: {d}" for d in diffs]
+    if res.ok:
+        res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, command, res))
+    return res
+
+
+def carried_over(record: dict, rerun: dict[str, dict], configs: dict, seed: str, command: str,
+                 res: SpotCheck) -> dict:
+    """Every run of the record with the code and config fingerprints of its row's rerun; its numbers, own
+    command and date are kept, and ``verified`` says how it was carried over."""
+    stamp = provenance(command)
+    row = lambda e: json.dumps({k: v for k, v in e["overrides"].items() if k != "seed"}, sort_keys=True)
+    by_row = {row(e): e for e in rerun.values()}
+    runs = []
+    for e in record["runs"]:
+        new = by_row[row(e)]
+        runs.append({**e, "config_sha": new["config_sha"], "code": new.get("code"),
+                     "verified": {"by": command, "seed": seed, "commit": stamp["commit"], "date": stamp["date"],
+                                  "rows": res.compared, "numbers": res.numbers, "max_abs_diff": res.max_diff}})
+    used = {e["config_sha"] for e in runs}
+    return {**record, "runs": runs, "configs": {s: c for s, c in {**record.get("configs", {}), **configs}.items()
+                                                if s in used}}

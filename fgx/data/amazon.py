@@ -20,7 +20,7 @@ class AmazonParams:
     split_seed: int | None = None   # null: the run's seed
 
 
-@DATASETS.register("amazon", params=AmazonParams, task="node")
+@DATASETS.register("amazon", params=AmazonParams, task="node", folder=lambda p: p.dataset.capitalize())
 def load_amazon(p: AmazonParams, env: DataEnv) -> GraphDataset:
     from torch_geometric.datasets import Amazon
     import torch_geometric.transforms as T

@@ -119,7 +119,8 @@ def _pyg_dataset(name: str, root: Path):
     return Wiki(str(root), name)
 
 
-@DATASETS.register("geom_gcn", params=GeomGcnParams, task="node")
+@DATASETS.register("geom_gcn", params=GeomGcnParams, task="node",
+                   folder=lambda p: f"{p.dataset + '/' if p.dataset != 'actor' else ''}{FOLDER[p.dataset]}/raw")
 def load_geom_gcn(p: GeomGcnParams, env: DataEnv) -> GraphDataset:
     import torch
     from torch_geometric.utils import to_undirected

@@ -77,7 +77,8 @@ def platonov_dataset(root: str, name: str):
     return PlatonovDataset(root, name)
 
 
-@DATASETS.register("heterophilous", params=HeterophilousParams, task="node")
+@DATASETS.register("heterophilous", params=HeterophilousParams, task="node",
+                   folder=lambda p: f"{p.dataset.lower().replace('-', '_')}/raw")
 def load_heterophilous(p: HeterophilousParams, env: DataEnv) -> GraphDataset:
     folder = p.dataset.lower().replace("-", "_")
     raw = [f"{folder}.npz"]

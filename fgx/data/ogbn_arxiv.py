@@ -94,7 +94,7 @@ def official_split(folder: Path, num_nodes: int) -> dict:
     return out
 
 
-@DATASETS.register("ogbn_arxiv", params=OgbnArxivParams, task="node")
+@DATASETS.register("ogbn_arxiv", params=OgbnArxivParams, task="node", folder=lambda p: "ogbn_arxiv")
 def load_ogbn_arxiv(p: OgbnArxivParams, env: DataEnv) -> GraphDataset:
     try:
         from ogb.nodeproppred import PygNodePropPredDataset

@@ -19,7 +19,7 @@ class OgbnProductsParams:
     split_seed: int | None = None
 
 
-@DATASETS.register("ogbn_products", params=OgbnProductsParams, task="node")
+@DATASETS.register("ogbn_products", params=OgbnProductsParams, task="node", folder=lambda p: "ogbn_products")
 def load_ogbn_products(p: OgbnProductsParams, env: DataEnv) -> GraphDataset:
     try:
         from ogb.nodeproppred import PygNodePropPredDataset

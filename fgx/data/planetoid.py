@@ -130,7 +130,7 @@ class PlanetoidParams:
              "(FedGCN, ce_fedgnn remote_layer0=raw) run; the channel refuses them otherwise"))
 
 
-@DATASETS.register("planetoid", params=PlanetoidParams, task="node")
+@DATASETS.register("planetoid", params=PlanetoidParams, task="node", folder=lambda p: f"{p.dataset}/raw")
 def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
     from torch_geometric.datasets import Planetoid
     import torch_geometric.transforms as T

@@ -6,7 +6,9 @@ from pathlib import Path
 from fgx.tables.checks import ReproResult
 from fgx.tables.render import markdown
 from fgx.tables.run import record_result
-from fgx.tables.spec import load_targets, table_job_counts, table_names
+from fgx.tables.spec import load_targets, table_compositions, table_names
+
+OFFLINE_DATA = "../shared/data"      # the data root beside the checkout, as the tests and CI use it
 
 HEADER = [
     "# Reproducing the papers", "",
@@ -39,7 +41,11 @@ def reproduction_markdown(conf: Path) -> str:
     for name in table_names(conf):
         t = load_targets(conf, name)
         entries.append((t.get("paper", "?"), t.get("item", "?"), name, t, record_result(conf, name, t)))
-    jobs = table_job_counts(conf, [name for _, _, name, t, _ in entries if t["accounting"] is None])
+    import math
+
+    comps = table_compositions(conf, [name for _, _, name, t, _ in entries if t["accounting"] is None])
+    jobs = {n: sw if isinstance(sw, int) else math.prod(len(v) for v in sw.values()) for n, (sw, _) in comps.items()}
+    data_root = Path(conf).resolve().parent / OFFLINE_DATA
     papers: dict[str, list] = {}
     for e in entries:
         papers.setdefault(e[0], []).append(e)
@@ -48,7 +54,8 @@ def reproduction_markdown(conf: Path) -> str:
         out += [f"## {paper}", ""]
         rows = []
         for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
-            rows.append([item, t.get("data", "?"), f"**{res.status}**", res.verdict if res.record else "-",
+            checks = res.verdict if res.record else _why_not_run(comps.get(name, (None, {}))[1], data_root)
+            rows.append([item, t.get("data", "?"), f"**{res.status}**", checks,
                          f"`fgx repro {name}{_cost_mark(t, res, jobs.get(name))}`"])
         out += [to_markdown(["item", "data", "status", "checks", "command"], rows), ""]
         for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
@@ -56,6 +63,17 @@ def reproduction_markdown(conf: Path) -> str:
                 continue
             out += [f"### {item} — `{name}`", "", _provenance_line(res.record), "", markdown(res, heading=False), ""]
     return "\n".join(out)
+
+
+def _why_not_run(needs: dict, data_root: Path) -> str:
+    """What a table without a record needs beyond this checkout: a GPU (its preset runs on CUDA), data
+    that is not in the offline data root (the folder its loader reads), or nothing (it can run here)."""
+    if needs.get("device") == "cuda":
+        return "needs a GPU (the preset runs on device=cuda)"
+    folder = needs.get("folder")
+    if folder and not (data_root / folder).exists():
+        return f"needs `<data root>/{folder}` (not in {OFFLINE_DATA})"
+    return f"runs offline (data: {OFFLINE_DATA + '/' + folder if folder else 'generated'}); not run yet"
 
 
 def _cost_mark(t: dict, res: ReproResult, jobs: int | None) -> str:

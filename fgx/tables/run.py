@@ -99,7 +99,8 @@ def identical_rows(name: str) -> list[str]:
         return []
     problems, seen = [], {}
     for value in [v.strip() for v in str(sweep[key]).split(",") if v.strip()]:
-        cfg = compose([f"+experiment={name}", f"{key}={value}"])
+        # device=cpu: whether rows can differ does not depend on where they run (a GPU preset on a CPU machine)
+        cfg = compose([f"+experiment={name}", f"{key}={value}", "device=cpu"])
         try:
             v = validate(cfg)
         except ConfigError as e:           # e.g. GCFL whose warm-up outlasts the run

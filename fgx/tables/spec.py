@@ -123,29 +123,53 @@ def cell_config(name: str, cell: dict[str, str]) -> tuple[dict, str]:
 def table_sweeps(conf: Path, names: list[str]) -> dict[str, dict[str, list[str]] | int]:
     """Each table's sweep as Hydra's basic sweeper expands it: key -> its values (an Optuna table: its
     trial budget), composed under one Hydra initialisation (~0.1 s a table)."""
+    return {name: sweep for name, (sweep, _) in table_compositions(conf, names).items()}
+
+
+def table_compositions(conf: Path, names: list[str]) -> dict[str, tuple[dict[str, list[str]] | int, dict]]:
+    """Each table's sweep (see table_sweeps) and what its runs need beyond fgx: ``{"device": ...,
+    "dataset": registered name, "folder": the folder under the data root its loader reads (None for
+    generated data)}``, from one composition of the preset."""
     from hydra import compose, initialize_config_dir
     from hydra.core.global_hydra import GlobalHydra
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.initialize import get_gh_backup, restore_gh_from_backup
 
     parser = OverridesParser.create()
-    sweeps: dict[str, dict[str, list[str]] | int] = {}
+    out: dict[str, tuple] = {}
     backup = get_gh_backup()      # a caller's Hydra (the docs test's) is put back as it was
     GlobalHydra.instance().clear()
     try:
         with initialize_config_dir(config_dir=str(conf.resolve()), version_base="1.3"):
             for name in names:
-                sweeper = compose(config_name="config", overrides=[f"+experiment={name}"],
-                                  return_hydra_config=True).hydra.sweeper
+                cfg = compose(config_name="config", overrides=[f"+experiment={name}"], return_hydra_config=True)
+                sweeper = cfg.hydra.sweeper
+                needs = _needs(cfg)
                 if not sweeper.get("_target_", "").endswith("BasicSweeper"):
-                    sweeps[name] = int(sweeper.get("n_trials") or 1)
+                    out[name] = (int(sweeper.get("n_trials") or 1), needs)
                     continue
                 params = parser.parse_overrides([f"{k}={v}" for k, v in (sweeper.get("params") or {}).items()])
-                sweeps[name] = {o.get_key_element(): [str(v) for v in o.sweep_string_iterator()]
-                                if o.is_sweep_override() else [str(o.value())] for o in params}
+                out[name] = ({o.get_key_element(): [str(v) for v in o.sweep_string_iterator()]
+                              if o.is_sweep_override() else [str(o.value())] for o in params}, needs)
     finally:
         restore_gh_from_backup(backup)
-    return sweeps
+    return out
+
+
+def _needs(cfg) -> dict:
+    from fgx.config import build_params
+    from fgx.registry import DATASETS
+
+    ds = cfg.get("dataset") or {}
+    out = {"device": cfg.get("device"), "dataset": ds.get("name"), "folder": None}
+    try:
+        entry = DATASETS.get(ds.get("name"))
+        folder = entry.meta.get("folder")
+        if folder is not None:
+            out["folder"] = folder(build_params(entry.params, ds, "dataset"))
+    except Exception:  # noqa: BLE001 - an accounting table or a preset without a dataset needs nothing
+        pass
+    return out
 
 
 def table_job_counts(conf: Path, names: list[str]) -> dict[str, int]:

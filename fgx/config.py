@@ -188,6 +188,13 @@ class EvalParams:
     subset: int | None = field(default=None, metadata=spec(
         min=1, help="intermediate evaluations score a fixed random subset of at most this many items per split "
                     "and client; the final evaluation is always complete; null: every item every time"))
+    inference: str = field(default="auto", metadata=spec(
+        choices=["auto", "layerwise", "sampled"],
+        help="how algorithms with sampler fanouts score items: layerwise (every node's embedding once per "
+             "layer over the whole client graph, fgx.inference), sampled (batches of eval.batch_size on "
+             "sampled neighbourhoods), auto (layerwise for complete evaluations where the model allows it)"))
+    chunk_edges: int = field(default=1 << 20, metadata=spec(
+        min=1, help="layer-wise inference: in-edges per chunk of destination nodes (bounds a layer's memory)"))
 
     def validate(self, prefix: str) -> None:
         if "test" not in self.splits:

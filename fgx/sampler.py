@@ -75,6 +75,13 @@ class NeighborSampler:
         seeds = uniq[torch.argsort(first)]
         return self._sample(seeds, seed_edges, generator)
 
+    def in_edges(self, fanout: int, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Ids of at most ``fanout`` in-edges of every node (-1: all), the same uniform draw per node as a
+        sampled hop: the edge set of one layer of layer-wise inference (fgx.inference)."""
+        if fanout < 0:
+            return torch.arange(self.edge_index.size(1))
+        return torch.unique(self.eid[self._pick(torch.arange(self.num_nodes), fanout, generator)])
+
     def _pick(self, frontier: torch.Tensor, fanout: int, generator) -> torch.Tensor:
         """Positions into col/eid: up to ``fanout`` per frontier node, uniformly without replacement.
         Nodes with at most ``HUB * fanout`` edges shuffle their edge list (random keys sorted within each

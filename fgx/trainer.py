@@ -166,7 +166,7 @@ class Evaluator:
         return {"splits": list(e.splits), "final": "complete: every item of these splits on every client",
                 "intermediate": "complete" if e.subset is None else
                 f"a fixed random subset of at most {e.subset} items per split and client",
-                "batch_size": e.batch_size}
+                "batch_size": e.batch_size, "inference": e.inference}
 
 
 def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:

@@ -12,6 +12,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from fgx import inference
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.tasks import SPLITS, class_weights, local_view, split_mask, targets
@@ -83,11 +84,18 @@ class Algorithm:
         batch = batch_size or getattr(self.params, "batch_size", None)
         with torch.no_grad():
             if fanouts and getattr(self.params, "batch_size", None):
-                # edge models mark seed endpoints with ego IDs, so the whole-graph forward differs
                 from fgx.sampler import NeighborSampler, sample_view
                 samplers = self.__dict__.setdefault("_eval_samplers", {})
                 if client.cid not in samplers:
                     samplers[client.cid] = NeighborSampler(view.edge_index.cpu(), view.num_nodes, fanouts)
+                if inference.use_layerwise(self.ctx, model, subset):
+                    # each layer once for all of the client's nodes, at most the training fanout of in-edges
+                    # per node; ego IDs mark the scored edges (fgx.inference)
+                    uniq, inv = torch.unique(torch.cat([ids for ids, _ in items.values()]), return_inverse=True)
+                    keeps = inference.layer_edges(samplers[client.cid], fanouts, model.num_layers, self.ctx.seed)
+                    return per_split(inference.forward(model, view, self.ctx.info.task, uniq,
+                                                       inference.chunk_edges(self.ctx), keeps), inv, items)
+                # edge models mark seed endpoints with ego IDs, so the whole-graph forward differs
                 return score_items(view, self.ctx.info.task, items, samplers[client.cid], batch,
                                    lambda smp: model(sample_view(view, smp).to(view.x.device)),
                                    self.ctx.out_dim, self.ctx.seed)
@@ -164,7 +172,12 @@ def score_items(view, task: str, items: dict, sampler, batch_size: int, forward,
         rows = torch.searchsorted(uniq, got.cpu())
         scores[rows] = forward(smp)[:k].float().cpu()
         tick(label, b + 1, len(chunks))
-    out, start = {}, 0
+    return per_split(scores, inv, items)
+
+
+def per_split(scores: torch.Tensor, inv: torch.Tensor, items: dict) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """{split: (scores, labels)} from the scores of the unique items (``torch.unique(cat(ids), return_inverse)``)."""
+    out, start, scores, inv = {}, 0, scores.float().cpu(), inv.cpu()
     for split, (ids, y) in items.items():
         out[split] = (scores[inv[start:start + ids.numel()]], y.cpu())
         start += ids.numel()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from fgx import inference
 from fgx.algorithms.base import Algorithm, flat_params, round_seed, weighted_average
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -118,17 +119,23 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
 
 
 def _forward(c: CEClient, p: CEFedGNNParams, update: list | None, sample=None, train: bool = True,
-             upto: int | None = None):
+             upto: int | None = None, score: torch.Tensor | None = None, chunk_edges: int | None = None,
+             keeps: list | None = None):
     """Layer-by-layer forward on the client's whole graph (``sample`` None) or on a sampled
     subgraph (fgx.sampler, expansion stopped at halo nodes). ``update``: per layer, the owned nodes
     whose moving averages this step updates (full graph, see _update_layers); with a sample, a node at hop h updates layers up to
     L-h-1 (those whose sampled neighbourhood is complete). ``update`` None and no sample:
     evaluation, fresh values, no state change. Returns (outputs, the view they are over); with
-    ``upto`` = l, (the owned rows' layer-l embeddings, their client-local node ids) instead."""
+    ``upto`` = l, (the owned rows' layer-l embeddings, their client-local node ids) instead. Evaluation
+    on the whole graph runs each layer in chunks of ``chunk_edges`` in-edges (fgx.inference), layer i
+    aggregating the edges ``keeps[i]`` (ids into the client view's edges; None: all); ``score`` (edge
+    tasks): only these edges are scored, in this order, and ego IDs mark their endpoints."""
     model, L, n_own = c.model, c.model.num_layers, c.n_own
     dev = c.view.x.device
     if sample is None:
         view, edges = c.view, c.layer_edges
+        if score is not None:
+            view = inference.scored_view(view, c.task, score)
         n_rows = view.num_nodes
         own_pos = torch.arange(n_own, device=dev)
         halo_pos = torch.arange(n_own, n_rows, device=dev)
@@ -165,7 +172,13 @@ def _forward(c: CEClient, p: CEFedGNNParams, update: list | None, sample=None, t
         if ends:
             n = ends[min(L - i, len(ends) - 1)]
             ei, e = ei[:, :n], e[:n]
-        if trim and i == L - 1:
+        if sample is None and upd_layers is None:     # whole-graph evaluation: chunked, each layer once
+            keep = keeps[i] if keeps else None
+            if keep is not None and ei.size(1) < view.edge_index.size(1):
+                keep = keep[keep < ei.size(1)]        # a layer without cross edges: the internal ones come first
+            pre, e = inference.run_layer(model, i, h, e, ei, chunk_edges, keep=keep,
+                                         update=inference.edges_to_update(keeps or [None] * L, i, score))
+        elif trim and i == L - 1:
             pre, e = model.layer(i, h, e, ei, edge_out=sample.num_seed_edges)
         else:
             pre, e = model.layer(i, h, e, ei)
@@ -184,6 +197,8 @@ def _forward(c: CEClient, p: CEFedGNNParams, update: list | None, sample=None, t
         # only the seed edges (first in the sample) are scored: the readout skips the rest
         k = sample.num_seed_edges
         return model.head(h, e[:k], view.edge_index[:, :k], view), view
+    if score is not None:
+        return model.head(h, e[score], view.edge_index[:, score], view), view
     return model.head(h, e, view.edge_index, view), view
 
 
@@ -531,7 +546,7 @@ class CEFedGNN(Algorithm):
     def predict(self, client, local: bool = False, splits=SPLITS, subset: int | None = None,
                 batch_size: int | None = None) -> dict:
         """Scores of the client's items of ``splits`` under the global model (base.Algorithm.predict)."""
-        from fgx.algorithms.base import eval_items, score_items
+        from fgx.algorithms.base import eval_items, per_split, score_items
 
         if local:
             self.local_model_for(client)        # raises: CE-FedGNN scores with the global model
@@ -541,12 +556,21 @@ class CEFedGNN(Algorithm):
         c.model.eval()
         p = self.params
         items = eval_items(c.view, self.task, splits, subset, self.ctx.seed, client.cid)
+        chunk = inference.chunk_edges(self.ctx)
         with torch.no_grad():
             if c.sampler is not None and p.batch_size:
-                return score_items(c.view, self.task, items, c.sampler, batch_size or p.batch_size,
-                                   lambda smp: _forward(c, p, None, smp, train=False)[0],
-                                   self.ctx.out_dim, self.ctx.seed)
-            scores, _ = _forward(c, p, None)
+                if not inference.use_layerwise(self.ctx, c.model, subset):
+                    return score_items(c.view, self.task, items, c.sampler, batch_size or p.batch_size,
+                                       lambda smp: _forward(c, p, None, smp, train=False)[0],
+                                       self.ctx.out_dim, self.ctx.seed)
+                # layer-wise: each layer once for the whole client graph, at most the training fanout
+                # of in-edges per node, ego IDs on the scored edges (fgx.inference)
+                uniq, inv = torch.unique(torch.cat([ids for ids, _ in items.values()]), return_inverse=True)
+                edge = self.task == "edge"
+                keeps = inference.layer_edges(c.sampler, p.fanouts, c.model.num_layers, self.ctx.seed)
+                scores, _ = _forward(c, p, None, score=uniq if edge else None, chunk_edges=chunk, keeps=keeps)
+                return per_split(scores if edge else scores[uniq], inv, items)
+            scores, _ = _forward(c, p, None, chunk_edges=chunk)
         return {split: (scores[ids].cpu(), y.cpu()) for split, (ids, y) in items.items()}
 
     def released_embeddings(self) -> torch.Tensor | None:

@@ -62,6 +62,26 @@ class HaloEmbeddings(nn.Module):
                 h = h.index_put((pos,), rows[idx.to(rows.device)].to(h.dtype).to(h.device))
         return m.head(h, e, view.edge_index, view)
 
+    # the layer-wise interface on the client's whole view (fgx.inference runs the inner model's layers):
+    # after layer l the received rows replace the halo rows, as in forward
+    def encode(self, view) -> dict:
+        return self.inner.encode(view)
+
+    def layer(self, i: int, h, e, edge_index, **kw):
+        return self.inner.layer(i, h, e, edge_index, **kw)
+
+    def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
+        h = self.inner.activate(i, pre)
+        rows = self.rows.get(i + 1)
+        if rows is None:
+            return h
+        idx = self.has[i + 1].nonzero().view(-1)
+        pos = (idx + self.n_own).to(h.device)
+        return h.index_put((pos,), rows[idx].to(h.dtype).to(h.device))
+
+    def head(self, h, e, edge_index, view) -> torch.Tensor:
+        return self.inner.head(h, e, edge_index, view)
+
     def state_dict(self, *args, **kwargs):
         return self.inner.state_dict(*args, **kwargs)
 

@@ -39,6 +39,9 @@ class LayerwiseModel(nn.Module):
     # gives the seeds exactly the outputs of the whole subgraph. Not GCN: its symmetric normalisation
     # reads the source node's degree too.
     trim_exact: bool = False
+    # True where a node's layer output depends only on its own row and its in-edges, as above, for node
+    # models (GraphSAGE's mean, GIN's sum): fgx.inference then runs a layer in chunks of destination nodes
+    in_edge_local: bool = False
 
     def forward(self, view) -> torch.Tensor:
         s = self.encode(view)

@@ -12,4 +12,6 @@ def build_gin(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
 
     convs = [GINConv(nn.Sequential(nn.Linear(a, p.hidden), nn.ReLU(), nn.Linear(p.hidden, b)), train_eps=True)
              for a, b in dims(p, in_dim, out_dim)]
-    return node_gnn(p, convs, out_dim)
+    model = node_gnn(p, convs, out_dim)
+    model.in_edge_local = True  # the sum over in-neighbours (fgx.inference chunks it)
+    return model

@@ -92,17 +92,26 @@ class EdgeGNN(LayerwiseModel):
               edge_out: int | None = None):
         """``edge_out``: return (and update) the features of the first ``edge_out`` edges only (the
         last layer's edge update matters only for the edges the readout scores)."""
+        h = self.layer_nodes(i, h, e, edge_index)
+        if edge_out is not None:
+            edge_index, e = edge_index[:, :edge_out], e[:edge_out]
+        return h, self.layer_edges(i, h, e, edge_index)
+
+    # the two halves of ``layer`` (fgx.inference runs them in chunks: a node's new row needs its
+    # in-edges only, an edge's update needs the new rows of its two endpoints)
+    def layer_nodes(self, i: int, h: torch.Tensor, e: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
         m = self.convs[i](h, edge_index, e)
         if self.rev_convs is not None:
             m = (m + self.rev_convs[i](h, edge_index.flip(0), e)) / 2
         h = (h + torch.relu(self.bns[i](m))) / 2
-        h = nn.functional.dropout(h, self.p.dropout, self.training)
-        if edge_out is not None:
-            edge_index, e = edge_index[:, :edge_out], e[:edge_out]
-        if self.emlps is not None:
-            src, dst = edge_index
-            e = e + self.emlps[i](torch.cat([h[src], h[dst], e], -1)) / 2
-        return h, e
+        return nn.functional.dropout(h, self.p.dropout, self.training)
+
+    def layer_edges(self, i: int, h: torch.Tensor, e: torch.Tensor, edge_index: torch.Tensor) -> torch.Tensor:
+        """The edge update of layer ``i`` for the edges ``edge_index`` (features ``e``), from the new rows ``h``."""
+        if self.emlps is None:
+            return e
+        src, dst = edge_index
+        return e + self.emlps[i](torch.cat([h[src], h[dst], e], -1)) / 2
 
     def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
         return pre

@@ -22,6 +22,8 @@ def sage_layer(conv, h: torch.Tensor, edge_index: torch.Tensor, raw_input: bool 
 
 
 class SAGE(NodeGNN):
+    in_edge_local = True        # the mean over in-neighbours (fgx.inference chunks it)
+
     def layer(self, i: int, h, e, edge_index):
         if i > 0 or self.input_dropout:
             h = dropout(h, self.dropout, self.training)

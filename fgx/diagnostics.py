@@ -11,7 +11,10 @@ MECHANISM_DIAGNOSTICS = (
     "agg_weight_max_x_uniform",   # ... largest (both ~1: FedAvg in effect)
     "agg_effective_clients",      # ... mean 1 / Σ_j W_ij² (M: uniform, 1: each keeps its own)
     "accepted_set_mean",          # FedGTA: clients each client aggregates with (itself included)
-    "regulariser_share",          # FedProx, FedRAP, F2MF: the regulariser against the training loss
+    "regulariser_share",          # FedProx, FedRAP, F2MF, MOON, FedProto, FedTGP: the regulariser against the training loss
+    "control_variate_norm",       # SCAFFOLD: ‖c‖, the server's control variate (0: FedAvg)
+    "prototype_margin",           # FedTGP: the adaptive margin of the server's prototype training
+    "drift_to_update",            # FedDC: ‖mean drift‖ / ‖mean update‖ added to the global model
     "fairness_gap",               # F2MF: μ_A − μ_D of the round's (noisy) group statistics
     "noise_to_signal",            # FedPerGNN, dp_fedavg, metric_dp: ‖noise‖ / ‖what it is added to‖
     "kd_loss",                    # FedTAD: class-wise distillation loss after the server's steps

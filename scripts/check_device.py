@@ -41,7 +41,7 @@ UNLEARN = ["dataset=csbm", "dataset.num_nodes=400", "dataset.num_features=16", "
 CASES: list[tuple[str, list[str], bool]] = [
     *[(a, [*NODE, f"algorithm={a}"], False) for a in
       ("local", "fedavg", "fedprox", "fedper", "gcfl", "fedpub", "swift_fedgnn", "fedgnn_st",
-       "ce_fedgnn_no_sharing", "ce_fedgnn_no_gma")],
+       "ce_fedgnn_no_sharing", "ce_fedgnn_no_gma", "scaffold", "moon", "fedproto", "fedtgp", "feddc")],
     # FedGSP's baselines; fedgta and fediih bring their backbones (gamlp, disengcn)
     *[(a, [*NODE, f"algorithm={a}"], False) for a in ("fedgnn", "fedgta", "adafgl", "fedtad", "fediih")],
     ("fedgcn (2-hop)", [*NODE, "algorithm=fedgcn", "dataset.features_public=true"], False),

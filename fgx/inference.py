@@ -92,9 +92,12 @@ def run_layer(model, i: int, h: torch.Tensor, e: torch.Tensor | None, edge_index
         es = edge_rows(None)
         pre = model.layer_nodes(i, h, es, ei_all) if split else model.layer(i, h, es, ei_all)[0]
     else:
+        from fgx.progress import tick
+
         parts = []
         local = torch.empty(h.size(0), dtype=torch.long, device=h.device)
-        for lo, hi, a, b in chunks.bounds:
+        for c, (lo, hi, a, b) in enumerate(chunks.bounds):
+            tick(f"layer-wise evaluation, layer {i + 1}", c + 1, len(chunks.bounds))
             pos = chunks.order[a:b]
             src, dst = ei_all[0, pos], ei_all[1, pos]
             # the chunk's rows first, then its sources outside it, renumbered by one lookup table

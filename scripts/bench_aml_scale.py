@@ -6,10 +6,12 @@ of one complete validation + test evaluation.
 fgx's step is everything CE-FedGNN does per local step (seed batch, neighbour sampling, the
 subgraph, the layer-wise forward with halo embeddings and the moving averages of Eq. 5, the loss,
 backward, the gradient moving average of Eq. 9 and the update W <- W - lr * G). The bare step is
-the floor: the same PNA network (PyG's PNAConv, Multi-GNN's edge-model shell) run on the same
-already-sampled subgraph (a PyG Data), forward, loss on the seed edges, backward, an SGD step;
-no sampling, no CE-FedGNN state. Steps are interleaved (fgx, bare, fgx, ...) on the same subgraphs
-and the medians are compared.
+the floor, written here with PyG's layers and nothing of fgx's models: the Multi-GNN edge network
+(GINEConv or PNAConv, batch norm and residual, edge-update MLPs, ego IDs, readout on
+[h_u, h_v, e]) of the same sizes, run on the same already-sampled subgraph (a PyG Data) with a plain
+loop: forward over every edge of the subgraph, class-weighted cross-entropy on the seed edges,
+backward, an SGD step; no sampling, no CE-FedGNN state. Steps are interleaved (fgx, bare, fgx, ...)
+on the same subgraphs and the medians are compared. The complete evaluation is timed per bank.
 
     python scripts/bench_aml_scale.py --data-dir /path/to/data          # generates HI-Small on first use
     python scripts/bench_aml_scale.py --data-dir ... --steps 3 --no-eval --scale 0.1   # quick look
@@ -18,7 +20,6 @@ The last line printed is JSON: {"step_ratio": fgx / bare, "eval_s": ..., ...}.""
 from __future__ import annotations
 
 import argparse
-import copy
 import json
 import logging
 import statistics
@@ -71,6 +72,47 @@ def build(args):
     return ds, algo, v, load_s
 
 
+def BareEdgeGNN(kind: str, in_node: int, in_edge: int, hidden: int, layers: int, deg_hist):
+    """Multi-GNN's edge network written directly with PyG layers (the floor; nothing of fgx.models)."""
+    import torch
+    from torch import nn
+    from torch_geometric.nn import GINEConv, PNAConv
+
+    def mlp(a, b):
+        return nn.Sequential(nn.Linear(a, b), nn.ReLU(), nn.Linear(b, b))
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            h = hidden
+            self.node_emb, self.edge_emb = nn.Linear(in_node + 1, h), nn.Linear(in_edge, h)
+            if kind == "pna":
+                deg = torch.tensor(deg_hist, dtype=torch.long)
+                self.convs = nn.ModuleList([PNAConv(h, h, aggregators=["mean", "min", "max", "std"],
+                                                    scalers=["identity", "amplification", "attenuation"], deg=deg,
+                                                    edge_dim=h, towers=5, pre_layers=1, post_layers=1,
+                                                    divide_input=False) for _ in range(layers)])
+            else:
+                self.convs = nn.ModuleList([GINEConv(mlp(h, h), edge_dim=h) for _ in range(layers)])
+            self.bns = nn.ModuleList([nn.BatchNorm1d(h) for _ in range(layers)])
+            self.emlps = nn.ModuleList([mlp(3 * h, h) for _ in range(layers)])
+            self.head = nn.Sequential(nn.Linear(3 * h, 50), nn.ReLU(), nn.Dropout(0.1), nn.Linear(50, 25), nn.ReLU(),
+                                      nn.Dropout(0.1), nn.Linear(25, 2))
+
+        def forward(self, x, edge_index, edge_attr, k):
+            ego = torch.zeros(x.size(0), 1)
+            ego[edge_index[:, :k].reshape(-1)] = 1.0            # the seed edges' endpoints
+            x = self.node_emb(torch.cat([x, ego], 1))
+            e = self.edge_emb(edge_attr)
+            src, dst = edge_index
+            for conv, bn, emlp in zip(self.convs, self.bns, self.emlps):
+                x = (x + torch.relu(bn(conv(x, edge_index, e)))) / 2
+                e = e + emlp(torch.cat([x[src], x[dst], e], 1)) / 2
+            return self.head(torch.cat([torch.relu(x[src[:k]]), torch.relu(x[dst[:k]]), e[:k]], 1))
+
+    return Net()
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", default=None, help="fgx data root (default: $FGX_DATA_DIR or ~/.cache/fgx)")
@@ -119,8 +161,11 @@ def main() -> int:
         ce.local_round(c, p, state, G, seed, algo.share, False)
         return time.perf_counter() - t
 
-    # the bare step: the same network on the subgraph the fgx step sampled (same generator draws)
-    bare = copy.deepcopy(c.model)
+    # the bare step: a network of the same shape written with PyG's layers, on the subgraph the fgx step
+    # sampled (same generator draws)
+    torch.manual_seed(args.seed)
+    bare = BareEdgeGNN(args.model, c.view.x.size(1), c.view.edge_attr.size(1), c.model.bns[0].num_features,
+                       c.model.num_layers, ds.info.extra.get("in_degree_histogram"))
     opt = torch.optim.SGD(bare.parameters(), lr=p.lr)
     mask, _ = targets(c.view, c.task, "train")
     train_ids = mask.nonzero().view(-1)
@@ -134,12 +179,7 @@ def main() -> int:
     def bare_step(sub, k) -> float:
         t = time.perf_counter()
         bare.train()
-        s = bare.encode(sub)
-        h, e = s["h"], s["e"]
-        for i in range(bare.num_layers):
-            pre, e = bare.layer(i, h, e, sub.edge_index)
-            h = bare.activate(i, pre)
-        out = bare.head(h, e[:k], sub.edge_index[:, :k], sub)
+        out = bare(sub.x, sub.edge_index, sub.edge_attr, k)
         loss = nn.functional.cross_entropy(out, sub.edge_y[:k], weight=c.loss_weight)
         opt.zero_grad()
         loss.backward()
@@ -165,11 +205,15 @@ def main() -> int:
 
     if not args.no_eval:
         t = time.perf_counter()
-        n_items = 0
+        n_items, per_bank = 0, []
         for client in algo.ctx.clients:
+            tb = time.perf_counter()
             out = algo.predict(client, splits=("val", "test"), batch_size=args.eval_batch_size)
+            per_bank.append(round(time.perf_counter() - tb, 2))
             n_items += sum(int(y.numel()) for _, y in out.values())
         res["eval_s"] = time.perf_counter() - t
+        res["eval_s_per_bank"] = per_bank
+        res["eval_inference"] = str(algo.ctx.cfg.eval.inference)
         res["eval_items"] = n_items
     else:
         res["eval_s"] = None

@@ -1,6 +1,7 @@
 """Timings for issue #7: one full-ranking evaluation of MovieLens-100K (all 943 users x 1,682
 items, training items masked, Recall/NDCG@20 plus tail/mid/head NDCG), and one LPSFed evaluation
-of the 4 spectral clients (LGCN forward + ranking).
+of the 4 spectral clients (LGCN forward + ranking) with each score (issue #41: ``mlp_angle``'s f_Pred
+over every user-item pair against ``cosine``, interleaved, the ratio in the last JSON line).
 
     python scripts/bench_lpsfed.py --data-dir ../shared/data
     python scripts/bench_lpsfed.py --table RUN_DIR [RUN_DIR ...]   # mean ± std of final test metrics
@@ -8,6 +9,7 @@ of the 4 spectral clients (LGCN forward + ranking).
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import time
 from pathlib import Path
@@ -81,23 +83,48 @@ def main() -> None:
     print(f"full ranking, whole ML-100K ({nu} users x {d.num_items} items): {t_global:.3f} s")
 
     owned = spectral_bipartite(SpectralBipartiteParams(num_clients=4), d, ds.info, 0)
-    models = []
+    clients = []
     for c in build_clients(d, ds.info, owned):
         ci = client_interactions(c, nu)
         tr = ci.train.numpy()
         _, v = cached_eigenpairs(tr[0], tr[1], ci.num_users, ci.num_items, 64, None)
-        m = LGCN(LGCNParams(), ci.num_users, ci.num_items, torch.from_numpy(v),
-                 torch.bincount(ci.train[0], minlength=ci.num_users), torch.bincount(ci.train[1], minlength=ci.num_items))
-        models.append((m.eval(), ci, popularity_groups(ci.train[1], ci.num_items)))
+        clients.append((ci, torch.from_numpy(v), popularity_groups(ci.train[1], ci.num_items)))
 
-    def evaluate_clients():
+    def models(score):
+        torch.manual_seed(0)
+        return [(LGCN(LGCNParams(score=score), ci.num_users, ci.num_items, v,
+                      torch.bincount(ci.train[0], minlength=ci.num_users),
+                      torch.bincount(ci.train[1], minlength=ci.num_items)).eval(), ci, g) for ci, v, g in clients]
+
+    def evaluate_clients(ms):
         with torch.no_grad():
-            for m, ci, g in models:
-                s = m.scores()
-                ranking_metrics(s, ci.train, ci.val, 20, g)
-                ranking_metrics(s, torch.cat([ci.train, ci.val], 1), ci.test, 20, g)
+            return [(ranking_metrics(s, ci.train, ci.val, 20, g),
+                     ranking_metrics(s, torch.cat([ci.train, ci.val], 1), ci.test, 20, g))
+                    for m, ci, g in ms for s in [m.scores()]]
 
-    print(f"LPSFed evaluation, 4 spectral clients, val + test: {best_of(evaluate_clients, a.repeat):.3f} s")
+    by_score = {s: models(s) for s in ("cosine", "mlp_angle")}
+    times = {s: [] for s in by_score}
+    for _ in range(a.repeat):                  # interleaved: cosine, mlp_angle, cosine, ...
+        for s, ms in by_score.items():
+            t = time.perf_counter()
+            evaluate_clients(ms)
+            times[s].append(time.perf_counter() - t)
+    best = {s: min(v) for s, v in times.items()}
+    for s, t in best.items():
+        print(f"LPSFed evaluation ({s}), 4 spectral clients, val + test: {t:.3f} s")
+    # the batched f_Pred against f_Pred applied to each pair (the training path, pair_cos): same NDCG
+    diff = 0.0
+    with torch.no_grad():
+        for m, ci, g in by_score["mlp_angle"]:
+            uh, vh = m.embed()
+            users = torch.arange(ci.num_users)[:, None].expand(-1, ci.num_items)
+            items = torch.arange(ci.num_items)[None, :].expand(ci.num_users, -1)
+            a_nd = ranking_metrics(m.scores(), ci.train, ci.val, 20, g)["ndcg@20"]
+            b_nd = ranking_metrics(m.pair_cos(uh, vh, users, items), ci.train, ci.val, 20, g)["ndcg@20"]
+            diff = max(diff, abs(a_nd - b_nd))
+    print(json.dumps({"eval_cosine_s": round(best["cosine"], 4), "eval_mlp_angle_s": round(best["mlp_angle"], 4),
+                      "ratio_mlp_angle_to_cosine": round(best["mlp_angle"] / best["cosine"], 2),
+                      "ndcg_max_abs_diff_batched_vs_per_pair": diff, "torch_threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

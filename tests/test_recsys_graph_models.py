@@ -39,6 +39,33 @@ def test_mlp_angle_scores_are_tanh_of_f_pred_on_u_v_product(pred_layers):
     assert any(k.startswith("pred.") for k in m.shared_keys()) and any(k.startswith("pool.") for k in m.shared_keys())
 
 
+@pytest.mark.parametrize("pred_layers", [1, 2])
+def test_batched_f_pred_ranks_every_pair_as_the_per_pair_mlp(pred_layers, monkeypatch):
+    """Evaluation scores every (user, item) pair in blocks of users with one matrix product per block
+    (graph_ranker.pred_all_pairs): the per-pair f_Pred's scores and the same NDCG/Recall to 1e-6."""
+    import fgx.models.graph_ranker as gr
+    from fgx.recsys.metrics import ranking_metrics
+
+    monkeypatch.setattr(gr, "PRED_BLOCK", 16 * 40 * 3)          # several user blocks
+    torch.manual_seed(1)
+    nu, ni = 30, 40
+    ev = torch.linalg.qr(torch.randn(nu + ni, 12))[0]
+    p = LGCNParams(dim=16, layers=2, frequency=12, score="mlp_angle", pred_layers=pred_layers, bias_dim=4)
+    m = LGCN(p, nu, ni, ev, torch.randint(1, 9, (nu,)), torch.randint(1, 9, (ni,))).eval()
+    g = torch.Generator().manual_seed(2)
+    train = torch.stack([torch.randint(0, nu, (200,), generator=g), torch.randint(0, ni, (200,), generator=g)])
+    truth = torch.stack([torch.randint(0, nu, (90,), generator=g), torch.randint(0, ni, (90,), generator=g)])
+    with torch.no_grad():
+        u, v = m.embed()
+        got = m.scores()
+        users = torch.arange(nu)[:, None].expand(nu, ni)
+        items = torch.arange(ni)[None, :].expand(nu, ni)
+        ref = m.pair_cos(u, v, users, items)                      # f_Pred on each pair's [u, v, u*v]
+    assert torch.allclose(got, ref, atol=1e-6)
+    a, b = ranking_metrics(got, train, truth, 5), ranking_metrics(ref, train, truth, 5)
+    assert a == pytest.approx(b, abs=1e-6) and a["ndcg@5"] > 0
+
+
 def test_cosine_score_has_no_f_pred_and_is_the_cosine():
     m = tiny_lgcn("cosine")
     u, v = m.embed()

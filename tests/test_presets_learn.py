@@ -14,8 +14,8 @@ from omegaconf import OmegaConf
 CONF = Path(__file__).resolve().parents[1] / "conf"
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 # offline presets (generated data, or real data in ../shared/data) that are tables of methods
-PRESETS = ["baselines_cora", "ce_fedgnn_table2_cora", "ce_fedgnn_table1_aml", "ce_fedgnn_table5_ablation",
-           "ce_fedgnn_fig4_bytes", "fedgsp_cora_disj_10", "fedgsp_minesweeper_disj_10", "lpsfed_table1_ml100k"]
+PRESETS = ["baselines_cora", "fl_baselines_cora", "ce_fedgnn_table2_cora", "ce_fedgnn_table1_aml",
+           "ce_fedgnn_table5_ablation", "ce_fedgnn_fig4_bytes", "fedgsp_cora_disj_10", "fedgsp_minesweeper_disj_10", "lpsfed_table1_ml100k"]
 ROUNDS = 10
 
 

@@ -271,6 +271,19 @@ def test_scaffold_control_updates_declared_public_are_listed_as_not_covered(run_
     assert cov["epsilon_covers"] == ["update"] and cov["public_by_config"] == ["control_update"]
 
 
+@pytest.mark.parametrize("override,needle", [("model=gamlp", "model.name='gamlp'"),
+                                             ("model.classifier=none", "model.classifier='none'"),
+                                             ("algorithm.fanouts=[5,5]", "algorithm.fanouts")])
+def test_settings_without_a_readable_representation_are_refused_before_work(override, needle, tmp_path, monkeypatch):
+    from fgx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        main(["run", *NODE, "algorithm=moon", override])
+    assert needle in str(e.value.code)
+    assert not (tmp_path / "outputs").exists()
+
+
 @pytest.mark.parametrize("algo", ["scaffold", "moon", "fedproto", "fedtgp", "feddc"])
 def test_each_method_runs_graph_classification(algo, run_fgx):
     run = run_fgx("dataset=graph_synth", "dataset.num_graphs=60", "dataset.num_features=8", "partitioner=random",

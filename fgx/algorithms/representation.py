@@ -17,7 +17,8 @@ from fgx.models.base import NodeGNN, dropout
 from fgx.models.graph_pool import GraphGNN
 from fgx.tasks import targets
 
-MODELS_WITH_REPRESENTATION = "gcn, sage, gin with classifier=linear; gin_graph, gcn_graph"
+# the models whose classifier input split_forward reads (NodeGNN with a linear classifier, GraphGNN)
+MODELS_WITH_REPRESENTATION = ("gcn", "sage", "gin", "gcn_graph", "gin_graph")
 
 
 def check_setting(params, validated, algo: str) -> None:
@@ -26,6 +27,10 @@ def check_setting(params, validated, algo: str) -> None:
     that outputs the logits itself has no representation separate from them)."""
     if getattr(params, "fanouts", None):
         raise ConfigError("algorithm.fanouts", params.fanouts, f"null with algorithm={algo} (whole client graphs)")
+    name = validated.names.get("model")
+    if name not in MODELS_WITH_REPRESENTATION:
+        raise ConfigError("model.name", name, f"one of {list(MODELS_WITH_REPRESENTATION)} with algorithm={algo} "
+                                              "(it needs the representation under a linear classifier)")
     model = validated.params.get("model")
     if getattr(model, "classifier", "linear") != "linear":
         raise ConfigError("model.classifier", model.classifier,
@@ -35,23 +40,20 @@ def check_setting(params, validated, algo: str) -> None:
 def split_forward(model: nn.Module, view) -> tuple[torch.Tensor, torch.Tensor]:
     """(representation, logits): the input of the model's last linear map, without the dropout the
     head applies to it in training, and the model's output. ``logits`` equals ``model(view)``."""
-    if isinstance(model, NodeGNN) and model.classifier is not None:
-        s = model.encode(view)
-        h, e = s["h"], s["e"]
-        for i in range(model.num_layers):
-            pre, e = model.layer(i, h, e, view.edge_index)
-            h = model.activate(i, pre)
+    node = isinstance(model, NodeGNN) and model.classifier is not None
+    if not (node or isinstance(model, GraphGNN)):
+        raise ConfigError("model.name", type(model).__name__,
+                          f"one of {list(MODELS_WITH_REPRESENTATION)} (a model with a linear classifier)")
+    s = model.encode(view)
+    h, e = s["h"], s["e"]
+    for i in range(model.num_layers):
+        pre, e = model.layer(i, h, e, view.edge_index)
+        h = model.activate(i, pre)
+    if node:        # NodeGNN.head is classifier(dropout(h))
         return h, model.head(h, e, view.edge_index, view)
-    if isinstance(model, GraphGNN):
-        s = model.encode(view)
-        h, e = s["h"], s["e"]
-        for i in range(model.num_layers):
-            pre, e = model.layer(i, h, e, view.edge_index)
-            h = model.activate(i, pre)
-        # GraphGNN.head is readout(dropout(relu(post(pool(h))))): the representation is what readout reads
-        rep = torch.relu(model.post(model.pool(h, view)))
-        return rep, model.readout(dropout(rep, model.dropout, model.training))
-    raise ConfigError("model.name", type(model).__name__, f"a model with a linear classifier ({MODELS_WITH_REPRESENTATION})")
+    # GraphGNN.head is readout(dropout(relu(post(pool(h))))): the representation is what readout reads
+    rep = torch.relu(model.post(model.pool(h, view)))
+    return rep, model.readout(dropout(rep, model.dropout, model.training))
 
 
 def objective_steps(state, steps: int, batch_size: int | None, generator: torch.Generator, term=None,

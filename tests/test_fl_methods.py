@@ -186,6 +186,15 @@ def test_fedproto_predicts_the_nearest_global_prototype(recorded, run_fgx):
     assert fa != fb          # the two inference rules score the same models differently
 
 
+def test_fedproto_clients_may_run_models_of_different_depths(run_fgx):
+    """No weights cross, so client i may run its own depth (client_layers[i % len]); prototypes share one width."""
+    run = run_fgx(*NODE, "algorithm=fedtgp", "algorithm.client_layers=[1,3]", "rounds=2",
+                  "output.checkpoint=true", "output.checkpoint_every_s=0")
+    models = torch.load(run / "checkpoint.pt", weights_only=False)["algorithm"]["models"]
+    depths = [len({k.split(".")[1] for k in m if k.startswith("convs.")}) for m in models]
+    assert depths == [1, 3, 1]
+
+
 def test_fedtgp_trains_global_prototypes_with_the_adaptive_margin(recorded, run_fgx):
     """One full-batch server step per round at a negligible step size: the server loss logged in round 2
     is the margin loss of round 2's uploads against the prototypes sent after round 1."""

@@ -1,6 +1,6 @@
 """FedProto (Tan et al., AAAI 2022): clients exchange class prototypes instead of weights. Each client
 keeps its own model (nothing of it leaves the client, so clients may run different models as long as
-their representations have one width). A client trains on cross-entropy plus λ·MSE(z, P[y]) between
+their representations have one width: ``client_layers`` gives them different depths). A client trains on cross-entropy plus λ·MSE(z, P[y]) between
 each training item's representation z and the global prototype of its class, then sends its local
 prototypes: the mean representation of its training items of each class (eval mode, after training).
 The server's global prototype of a class is the unweighted mean of the local prototypes of the clients
@@ -20,6 +20,7 @@ with a privacy budget is refused unless the config declares them public (privacy
 and privacy.json then says that the ε does not cover them."""
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -41,6 +42,9 @@ class FedProtoParams(LocalTrainParams):
         choices=["prototypes", "classifier"],
         help="prototypes: the class of the nearest global prototype (the authors' evaluation); classifier: the "
              "client's own classifier"))
+    client_layers: list[int] | None = field(default=None, metadata=spec(
+        min=1, help="heterogeneous models: client i runs model.layers = client_layers[i % len] (PFLlib's "
+                    "models[id % len]); the representation width (model.hidden) is shared; null: one model"))
 
 
 def prototype_term(state, rep, logits, batch, y):
@@ -85,9 +89,18 @@ class FedProto(Algorithm):
 
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)
-        self.states = [make_client_state(self.ctx, c, self.views[c.cid], self.ctx.build_model())
+        self.states = [make_client_state(self.ctx, c, self.views[c.cid], self.client_model(c.cid))
                        for c in self.ctx.clients]
         self.global_protos: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def client_model(self, cid: int) -> torch.nn.Module:
+        """Client ``cid``'s own model: the run's model, with its own depth under ``client_layers``."""
+        layers = self.params.client_layers
+        if not layers:
+            return self.ctx.build_model()
+        torch.manual_seed(self.ctx.seed)
+        p = dataclasses.replace(self.ctx.model_params, layers=layers[cid % len(layers)])
+        return self.ctx.model_builder(p, self.ctx.in_dim, self.ctx.out_dim, self.ctx.info).to(self.ctx.device)
 
     def aggregate(self, uploads: list[dict], r: int) -> tuple[tuple[torch.Tensor, torch.Tensor], dict]:
         """FedProto's server: each class's global prototype is the mean of the clients' prototypes of it."""

@@ -76,6 +76,7 @@ class FedDC(FedAvg):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
         check_setting(params, validated, "feddc")
         if params.weighting != "uniform":
             raise ConfigError("algorithm.weighting", params.weighting,

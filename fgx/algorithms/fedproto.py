@@ -85,6 +85,7 @@ class FedProto(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
         check_setting(params, validated, validated.names["algorithm"])
 
     def setup(self) -> None:

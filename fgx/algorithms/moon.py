@@ -70,6 +70,7 @@ def moon_client_update(state, global_weights: dict, p: MoonParams, seed: int):
 class Moon(FedAvg):
     @classmethod
     def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
         check_setting(params, validated, "moon")
 
     @classmethod

@@ -63,6 +63,7 @@ class Scaffold(FedAvg):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
+        super().check_config(params, validated)
         check_setting(params, validated, "scaffold")
 
     def setup(self) -> None:

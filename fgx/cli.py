@@ -11,9 +11,10 @@ from pathlib import Path
 
 from fgx.config import ConfigError
 # `fgx run` and the names other modules import from here live in fgx/launch.py (the library call)
-from fgx.launch import (FAILED_JOBS, _job_overrides, _overrides_of, compose, conf_dir,  # noqa: F401
-                        missing_hydra_plugin, prevalidate)
+from fgx.launch import compose, conf_dir, missing_hydra_plugin, prevalidate
 from fgx.launch import run as cmd_run
+
+__all__ = ["main", "compose", "conf_dir", "missing_hydra_plugin", "prevalidate"]   # re-exported from fgx.launch
 
 
 def conf_component_name(path: Path) -> str | None:
@@ -30,7 +31,6 @@ def conf_component_name(path: Path) -> str | None:
 
 
 def cmd_list(args) -> int:
-    from omegaconf import OmegaConf
     from rich.console import Console
     from rich.table import Table
 

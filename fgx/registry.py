@@ -71,7 +71,7 @@ class Registry:
         if name not in self._entries:
             self._load()
         if name not in self._entries:
-            from fgx.config import ConfigError
+            from fgx.errors import ConfigError
             raise ConfigError(f"{self.group}.name", name, f"one of {self.names()}")
         return self._entries[name]
 

@@ -4,7 +4,6 @@ dataset -> partitioner -> clients -> algorithm (model, channel, privacy) -> roun
 and checkpoints -> unlearning -> summary. Everything written goes through RunDir."""
 from __future__ import annotations
 
-import inspect
 import logging
 import os
 import random
@@ -12,6 +11,7 @@ import resource
 import sys
 import time
 import traceback
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -151,15 +151,8 @@ class Evaluator:
 
     def _predict(self, algo, client, complete: bool, local: bool = False) -> dict:
         e = self.params
-        kw = {"local": True} if local else {}
-        takes_splits = self.__dict__.setdefault("_takes_splits", {})
-        if type(algo) not in takes_splits:
-            takes_splits[type(algo)] = "splits" in inspect.signature(algo.predict).parameters
-        if takes_splits[type(algo)]:
-            return algo.predict(client, splits=e.splits, subset=None if complete else e.subset,
-                                batch_size=e.batch_size, **kw)
-        out = algo.predict(client, **kw)    # an algorithm that scores every split its own way
-        return {s: out[s] for s in e.splits if s in out}
+        return algo.predict(client, local=local, splits=e.splits, subset=None if complete else e.subset,
+                            batch_size=e.batch_size)
 
     def describe(self) -> dict:
         e = self.params
@@ -239,6 +232,51 @@ def _remove_fresh_run_dir(path: Path) -> bool:
 
 
 def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: float) -> dict:
+    job = _build(v, rd)
+    loop = _resume(job, rd)
+    _loop(job, rd, loop, OmegaConf.to_container(cfg, resolve=True))
+    return _summarise(job, rd, loop, summary, t_start)
+
+
+@dataclass
+class Job:
+    """What a run is made of once it is built: the data and its clients, the algorithm and everything
+    around it (context, channel, privacy, executor, evaluator)."""
+    v: Validated
+    ds: Any
+    clients: list
+    pstats: dict
+    ctx: Context
+    algo: Any
+    channel: Channel
+    privacy: Any
+    executor: Any
+    cover: Any
+    canaries: Any
+    evaluator: "Evaluator"
+    main_metric: str
+
+    @property
+    def info(self):
+        return self.ds.info
+
+
+@dataclass
+class Loop:
+    """Where the round loop stands: what a checkpoint restores and the summary reports."""
+    start_round: int = 1
+    best: dict | None = None
+    client_best: list | None = None
+    elapsed_before: float = 0.0
+    last: dict | None = None           # the latest evaluation
+    train_time: float = 0.0
+    startup_s: float | None = None
+    diverged: dict | None = None       # DivergenceWatch's event
+    diagnostics: dict | None = None    # the mechanism diagnostics over the rounds
+
+
+def _build(v: Validated, rd: RunDir) -> Job:
+    """Data, partition, clients and the algorithm with its context, before the first round."""
     top = v.top
     seed_everything(top.seed)
     device = resolve_device(top.device)
@@ -268,7 +306,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     messages = algorithm_messages(algo_cls, v.params["algorithm"])
     channel = Channel(messages, privacy=privacy, features_public=info.features_public)
     cover = coverage(v.entries["privacy"].obj, v.params["privacy"], messages)   # checked in validate()
-    ctx = Context(clients=clients, info=info, cfg=cfg, params=v.params["algorithm"],
+    ctx = Context(clients=clients, info=info, config=v, params=v.params["algorithm"],
                   model_params=v.params["model"], model_builder=v.entries["model"].obj,
                   channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,
                   log=log, global_data=ds.data)
@@ -279,40 +317,50 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     canaries = attach_audit(privacy, algo, ctx, audited_name(v))     # None unless privacy.audit.canaries > 0
     main_metric = top.main_metric or info.main_metric
     evaluator = Evaluator(ctx, ds.data, top.eval, top.metrics, main_metric)
+    return Job(v, ds, clients, pstats, ctx, algo, channel, privacy, executor, cover, canaries, evaluator, main_metric)
 
-    start_round, best, client_best, elapsed_before = 1, None, None, 0.0
-    if top.resume:
+
+def _resume(job: Job, rd: RunDir) -> Loop:
+    """The loop's starting point: round 1, or the state of the run directory's checkpoint (resume=true)."""
+    loop = Loop()
+    if job.v.top.resume:
         ckpt = rd.load_checkpoint()
         if ckpt is not None:
-            algo.load_state_dict(ckpt["algorithm"])
-            privacy.load_state_dict(ckpt["privacy"])
-            channel.load_state_dict(ckpt["channel"])
+            job.algo.load_state_dict(ckpt["algorithm"])
+            job.privacy.load_state_dict(ckpt["privacy"])
+            job.channel.load_state_dict(ckpt["channel"])
             torch.set_rng_state(ckpt["torch_rng"])
-            start_round, best, elapsed_before = ckpt["round"] + 1, ckpt["best"], ckpt["elapsed_s"]
-            client_best = ckpt.get("client_best")
+            loop.start_round, loop.best, loop.elapsed_before = ckpt["round"] + 1, ckpt["best"], ckpt["elapsed_s"]
+            loop.client_best = ckpt.get("client_best")
             rows = [r for r in rd.read_jsonl("metrics.jsonl") if r["round"] <= ckpt["round"]]
             rd.rewrite_jsonl("metrics.jsonl", rows)
             log.info("resumed from checkpoint at round %d", ckpt["round"])
         else:
             log.info("resume=true but no checkpoint in %s: starting from round 1", rd.path)
-    if start_round == 1 and rd.file("metrics.jsonl").exists():
+    if loop.start_round == 1 and rd.file("metrics.jsonl").exists():
         rd.file("metrics.jsonl").unlink()
+    return loop
 
-    progress = Progress(top.rounds, top.output.progress, log, start=start_round - 1)
-    metric_logger = make_logger(top.logger, rd.path, OmegaConf.to_container(cfg, resolve=True),
-                                top.experiment_name)
-    t_loop = time.time() - elapsed_before
+
+def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
+    """The rounds: each one trained, its records written, evaluated every eval_every rounds (the best
+    round and each client's best kept) and checkpointed."""
+    top, algo, ctx, channel, privacy = job.v.top, job.algo, job.ctx, job.channel, job.privacy
+    main_metric = job.main_metric
+    progress = Progress(top.rounds, top.output.progress, log, start=loop.start_round - 1)
+    metric_logger = make_logger(top.logger, rd.path, resolved_cfg, top.experiment_name)
+    t_loop = time.time() - loop.elapsed_before
     started = process_start_time()
     # from process start to the first round: meaningful for a fresh single run only
-    startup_s = time.time() - started if started is not None and start_round == 1 else None
+    loop.startup_s = time.time() - started if started is not None and loop.start_round == 1 else None
     local_eval = top.eval_model == "local"
-    last, last_ckpt = None, time.time()
+    last_ckpt = time.time()
     divergence, diagnostics = DivergenceWatch(), Diagnostics()
     try:
-        for r in range(start_round, top.rounds + 1):
+        for r in range(loop.start_round, top.rounds + 1):
             t_round = time.time()
             ACTIVITY.start(None if top.output.progress == "off" else 10.0, f"round {r}/{top.rounds}: ")
-            executor.start_round(top.seed, r)
+            job.executor.start_round(top.seed, r)
             stats = algo.round(r)
             stats.update(privacy.on_round_end(r))
             stats["round_time_s"] = time.time() - t_round
@@ -328,7 +376,7 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                 log.warning(note)
             diagnostics.update(stats)
             if evaluate:
-                res = evaluator(algo, local=local_eval, complete=r == top.rounds, sampling_error=r == top.rounds)
+                res = job.evaluator(algo, local=local_eval, complete=r == top.rounds, sampling_error=r == top.rounds)
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
                 for split, m in res.items():
                     rd.append_jsonl("metrics.jsonl", {
@@ -338,13 +386,13 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                         "bytes_cumulative": cum_bytes, "wall_time_s": time.time() - t_loop})
                     metric_logger.log(r, split, {**m["mean"], **({f"global_{k}": x for k, x in m["global"].items()}
                                                                  if m["global"] else {})})
-                last = res
+                loop.last = res
                 sel = "val" if "val" in res else "test"      # a dataset without a validation split
                 val = res[sel]["mean"].get(main_metric)
-                if best is None or (val is not None and val == val and improves(val, best["val"], main_metric)):
-                    best = {"round": r, "val": val, "test": res["test"]["mean"],
-                            "per_client": res["test"]["per_client"]}
-                client_best = update_client_best(client_best, res, main_metric, r)
+                if loop.best is None or (val is not None and val == val and improves(val, loop.best["val"], main_metric)):
+                    loop.best = {"round": r, "val": val, "test": res["test"]["mean"],
+                                 "per_client": res["test"]["per_client"]}
+                loop.client_best = update_client_best(loop.client_best, res, main_metric, r)
                 status += f"  {sel} {main_metric} {val:.4f}" if val is not None else ""
                 # a checkpoint rewrites the whole state: at most once per checkpoint_every_s (and after the
                 # last round), not at every evaluation of a fast run
@@ -352,20 +400,27 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
                     last_ckpt = time.time()
                     rd.save_checkpoint({"round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
                                         "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
-                                        "best": best, "client_best": client_best,
+                                        "best": loop.best, "client_best": loop.client_best,
                                         "elapsed_s": time.time() - t_loop})
             progress.update(r, status.strip(), evaluate)
     finally:
         ACTIVITY.start(None)
         progress.close()
         metric_logger.close()
-    train_time = time.time() - t_loop
+    loop.train_time = time.time() - t_loop
+    loop.diverged = divergence.event
+    loop.diagnostics = diagnostics.summary() if diagnostics.values else None
 
+
+def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) -> dict:
+    """After the rounds: unlearning, the communication and privacy reports, and summary.json."""
+    v, top, info, algo, privacy, channel = job.v, job.v.top, job.info, job.algo, job.privacy, job.channel
+    last = loop.last
     if last is None:   # resumed after the final round: evaluate the restored state
-        last = evaluator(algo, local=local_eval, sampling_error=True)
+        last = job.evaluator(algo, local=top.eval_model == "local", sampling_error=True)
     privacy.finish(algo)
     unlearning = v.entries["unlearning"].obj(v.params["unlearning"])
-    unl = unlearning.run(ctx, algo)
+    unl = unlearning.run(job.ctx, algo)
     if unl is not None:
         rd.write_json("unlearning.json", unl)
     comm = channel.report()
@@ -373,35 +428,36 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
     # an algorithm with its own local DP (FedPerGNN) accounts for it itself: privacy.json carries both
     algo_dp = algo.privacy_report() if hasattr(algo, "privacy_report") else None
     rd.write_json("privacy.json", {**privacy.report(), **({"algorithm_ldp": algo_dp} if algo_dp else {}),
-                                   "messages": cover.as_dict(info.features_public),
-                                   **({"audit": canaries.report()} if canaries is not None else {})})
-    executor.shutdown()
+                                   "messages": job.cover.as_dict(info.features_public),
+                                   **({"audit": job.canaries.report()} if job.canaries is not None else {})})
+    job.executor.shutdown()
 
+    pstats = job.pstats
     summary.update({
         "status": "completed",
-        "main_metric": main_metric,
+        "main_metric": job.main_metric,
         "final": last["test"]["mean"],
         "final_global": last["test"]["global"],
         # the test metrics' bootstrap standard error over test items (classification; None for tasks whose
         # algorithm computes its own metrics): the noise floor below which fgx/tables decides no ordering
         "sampling_se": last["test"].get("sampling_se"),
-        "best": best,
-        "best_client": client_best_summary(client_best),
-        "evaluation": evaluator.describe(),
+        "best": loop.best,
+        "best_client": client_best_summary(loop.client_best),
+        "evaluation": job.evaluator.describe(),
         "per_client": last["test"]["per_client"],
         "rounds": top.rounds,
         "wall_time_s": time.time() - t_start,
-        "train_time_s": train_time,
-        "startup_s": startup_s,
+        "train_time_s": loop.train_time,
+        "startup_s": loop.startup_s,
         "eval_model": top.eval_model,
         "peak_rss_mb": peak_rss_mb(),
         "total_bytes": comm["total_bytes"],
-        "privacy": {**privacy.headline(), "covers": list(cover.covered),
+        "privacy": {**privacy.headline(), "covers": list(job.cover.covered),
                     **({"epsilon_algorithm_ldp": algo_dp["epsilon"]} if algo_dp else {})},
         # scalar facts only: long lists (e.g. PNA's degree histogram) stay out of the summary
         "data": {"name": info.name, "source": info.source, "task": info.task,
                  **{k: x for k, x in info.extra.items() if isinstance(x, (str, int, float, bool)) or x is None},
-                 **test_majority(ds.data, info.task)},
+                 **test_majority(job.ds.data, info.task)},
         "components": dict(v.names),
         "presets": conf_choices(v.names),
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
@@ -409,16 +465,16 @@ def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: fl
         # this run's own origin (a table record keeps it per run) and the code it executed (staleness)
         "provenance": {**provenance(run_command()), "code": code_fingerprint()},
     })
-    if divergence.event is not None:
-        summary["diverged"] = divergence.event
-    if diagnostics.values:
-        summary["diagnostics"] = diagnostics.summary()
+    if loop.diverged is not None:
+        summary["diverged"] = loop.diverged
+    if loop.diagnostics is not None:
+        summary["diagnostics"] = loop.diagnostics
     if unl is not None:
         summary["unlearning"] = unl.get("summary", {k: unl[k] for k in list(unl)[:8] if not isinstance(unl[k], list)})
     rd.write_json("summary.json", summary)
     log.info("done in %.1fs: test %s = %.4f (mean over %d clients); run directory: %s",
-             summary["wall_time_s"], main_metric, summary["final"].get(main_metric, float("nan")),
-             len(clients), rd.path)
+             summary["wall_time_s"], job.main_metric, summary["final"].get(job.main_metric, float("nan")),
+             len(job.clients), rd.path)
     return summary
 
 
@@ -473,7 +529,3 @@ def conf_choices(names: dict[str, str]) -> dict[str, str]:
     except Exception:  # noqa: BLE001 - only a label
         return {}
     return {g: choices[g] for g in names if choices.get(g) not in (None, names[g])}
-
-
-def config_to_yaml(cfg: DictConfig) -> str:
-    return OmegaConf.to_yaml(cfg, resolve=True)

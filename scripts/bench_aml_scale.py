@@ -61,7 +61,7 @@ def build(args):
     load_s = time.time() - t
     privacy = v.entries["privacy"].obj(v.params["privacy"])
     algo_cls = v.entries["algorithm"].obj
-    ctx = Context(clients=clients, info=ds.info, cfg=cfg, params=v.params["algorithm"],
+    ctx = Context(clients=clients, info=ds.info, config=v, params=v.params["algorithm"],
                   model_params=v.params["model"], model_builder=v.entries["model"].obj,
                   channel=Channel(algo_cls.messages, privacy=privacy, features_public=ds.info.features_public),
                   executor=v.entries["executor"].obj(v.params["executor"]), privacy=privacy,

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from fgx.algorithms.lpsfed import personalized_mix, sample_negatives
+from fgx.algorithms.lpsfed import personalized_mix
+from fgx.recsys.training import sample_negatives
 
 FAST = ["+experiment=lpsfed_table1_ml100k", "dataset.download=false", "rounds=3", "eval_every=3",
         "partitioner=random_users", "partitioner.num_clients=2", "algorithm.local_epochs=1",

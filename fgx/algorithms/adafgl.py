@@ -40,14 +40,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, round_seed
+from fgx.algorithms.base import check_client_size, flat_params, mean_loss, round_seed
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.fedgta import label_propagation
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.models.gamlp import normalized_adjacency, propagate
 from fgx.registry import ALGORITHMS
-from fgx.tasks import SPLITS, targets
 
 
 @dataclass
@@ -247,22 +246,19 @@ class AdaFGL(FedAvg):
                               f"< rounds ({rounds}): step 2 (personalised training) needs at least one round")
         if params.batch_size is not None:
             raise ConfigError("algorithm.batch_size", params.batch_size, "null: AdaFGL's step 2 is full batch")
+        if params.extractor_rounds is None:
+            params.extractor_rounds = rounds // 2
 
     def setup(self) -> None:
-        p = self.params
-        big = max(self.ctx.clients, key=lambda c: c.num_owned)
-        if big.num_owned > p.max_client_nodes:
-            raise ConfigError("algorithm.max_client_nodes", p.max_client_nodes,
-                              f">= {big.num_owned} (client {big.cid}): AdaFGL's step 2 builds dense n x n node "
-                              f"similarity matrices on each client")
+        check_client_size(self.ctx, self.params.max_client_nodes,
+                          "AdaFGL's step 2 builds dense n x n node similarity matrices on each client")
         super().setup()
         for s in self.states:
             s.extra["num_classes"] = self.ctx.out_dim
-        rounds = int(self.ctx.cfg.rounds)
-        self.extractor_rounds = rounds // 2 if p.extractor_rounds is None else p.extractor_rounds
+        self.extractor_rounds = self.params.extractor_rounds      # null resolved in check_config
         self.ctx.log.info("adafgl: step 1 (FedAvg, knowledge extractor) in rounds 1..%d, step 2 (personalised, "
                           "no communication) in rounds %d..%d", self.extractor_rounds, self.extractor_rounds + 1,
-                          rounds)
+                          self.ctx.rounds)
         self.personalised = False
 
     def round(self, r: int) -> dict[str, float]:
@@ -270,9 +266,8 @@ class AdaFGL(FedAvg):
             return super().round(r)
         if not self.personalised:
             self.start_personalisation(r)
-        losses = self.ctx.executor.map(adafgl_personal_round, self.states, self.params, round_seed(self.ctx.seed, r))
-        losses = [l for l in losses if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        return {"loss": mean_loss(self.ctx.executor.map(adafgl_personal_round, self.states, self.params,
+                                                        round_seed(self.ctx.seed, r)))}
 
     def start_personalisation(self, r: int) -> None:
         extractor = self.ctx.channel.broadcast("knowledge_extractor", flat_params(self.global_model),
@@ -282,18 +277,15 @@ class AdaFGL(FedAvg):
         self.ctx.record("adafgl_clients", {"clients": info})
         self.personalised, self.switched_at = True, r
 
-    def predict(self, client, local: bool = False) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
-        """Step 1: FedAvg's; step 2: the personalised model (global and local are the same thing then)."""
+    def score(self, client, model):
+        """Step 1: FedAvg's model; step 2: the personalised model (global and local are the same thing then)."""
         if not self.personalised:
-            return super().predict(client, local)
+            return super().score(client, model)
         s = self.states[client.cid]
         a = s.extra["adafgl"]
         a["model"].eval()
-        with torch.no_grad():
-            probs = fused_prediction(a["model"](s.view.x.float(), a["smoothed"], a["knowledge"]), a["soft"], a["hcs"])
-        scores = torch.log(probs.clamp(min=1e-12))
-        return {split: tuple(t.cpu() for t in (scores[m], y)) for split in SPLITS
-                for m, y in [targets(s.view, "node", split)]}
+        probs = fused_prediction(a["model"](s.view.x.float(), a["smoothed"], a["knowledge"]), a["soft"], a["hcs"])
+        return torch.log(probs.clamp(min=1e-12))
 
     def state_dict(self) -> dict:
         out = super().state_dict()

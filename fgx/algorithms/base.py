@@ -99,8 +99,13 @@ class Algorithm:
                 return score_items(view, self.ctx.info.task, items, samplers[client.cid], batch,
                                    lambda smp: model(sample_view(view, smp).to(view.x.device)),
                                    self.ctx.out_dim, self.ctx.seed)
-            scores = model(view)
+            scores = self.score(client, model)
         return {split: (scores[ids].cpu(), y.cpu()) for split, (ids, y) in items.items()}
+
+    def score(self, client, model: nn.Module) -> torch.Tensor:
+        """Scores of every item of the client's view under ``model``: the one place an algorithm that
+        scores its own way (FedGNN's expanded subgraph, AdaFGL's personalised step) changes ``predict``."""
+        return model(self.view_for(client))
 
     def state_dict(self) -> dict:
         raise NotImplementedError
@@ -324,6 +329,10 @@ def weight_spread(W: torch.Tensor) -> dict[str, float]:
             "agg_effective_clients": float((1.0 / W.pow(2).sum(-1)).mean())}
 
 
+# -- the round's bookkeeping: what every algorithm's server and client sides share -------------------
+# A state is a model's state dict (or part of it). Floating tensors are averaged and moved by deltas;
+# integer buffers (BN's num_batches_tracked) travel as they are.
+
 def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
     total = float(sum(weights))
     out = {}
@@ -333,6 +342,85 @@ def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]
             continue
         out[k] = sum(s[k] * (w / total) for s, w in zip(states, weights))
     return out
+
+
+def similarity_weights(embeddings: torch.Tensor, sizes: torch.Tensor, tau: float) -> torch.Tensor:
+    """W_ij = exp(τ cos(e_i, e_j)) n_j / sum_k exp(τ cos(e_i, e_k)) n_k (rows sum to 1)."""
+    e = nn.functional.normalize(embeddings, dim=1)
+    logits = tau * (e @ e.t()) + torch.log(sizes.clamp(min=1).float())[None, :]
+    return torch.softmax(logits, dim=1)      # = the normalised exp(τ S) n_j, computed stably
+
+
+def personalised_average(states: list[dict[str, torch.Tensor]], row, own: int) -> dict[str, torch.Tensor]:
+    """Σ_j row[j]·states[j] over the clients with a positive weight (one row of a personalised
+    aggregation matrix, rows summing to 1); client ``own``'s integer buffers."""
+    return {k: sum(row[j] * s[k] for j, s in enumerate(states) if row[j] > 0)
+            if states[0][k].is_floating_point() else states[own][k] for k in states[0]}
+
+
+def state_delta(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """new - old over ``old``'s keys (what a client sends up after training from ``old``)."""
+    return {k: (new[k] - old[k]) if new[k].is_floating_point() else new[k].clone() for k in old}
+
+
+def apply_delta(state: dict[str, torch.Tensor], delta: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """state + delta over ``delta``'s keys."""
+    return {k: (state[k] + v.to(state[k].device)) if v.is_floating_point() else v for k, v in delta.items()}
+
+
+def zero_delta(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The update that changes nothing (a client without training items, an empty round)."""
+    return {k: torch.zeros_like(v) if v.is_floating_point() else v.clone() for k, v in state.items()}
+
+
+def add_delta(model: nn.Module, delta: dict[str, torch.Tensor]) -> None:
+    """Move the model by ``delta`` (which may cover part of it: a method sharing some layers)."""
+    model.load_state_dict(apply_delta(model.state_dict(), delta), strict=False)
+
+
+def mean_loss(losses) -> float:
+    """The mean of the clients' losses, leaving out NaN (a client without training items); NaN if none."""
+    finite = [l for l in losses if l == l]
+    return float(sum(finite) / len(finite)) if finite else float("nan")
+
+
+def aggregation_weights(states: list, weighting: str, at_least_one: bool = False) -> list[float]:
+    """Each client's weight in an average: its training items (``train_items``; with ``at_least_one``
+    a client without any still counts once) or 1 (``uniform``). All zero: uniform."""
+    if weighting == "uniform":
+        return [1.0] * len(states)
+    weights = [max(num_train_items(s), 1) if at_least_one else num_train_items(s) for s in states]
+    return weights if sum(weights) > 0 else [1.0] * len(states)
+
+
+def client_models_state(states: list, optimizers: bool = True) -> dict:
+    """Checkpoint of per-client models (and their optimisers): what a personalised method keeps."""
+    out = {"models": [s.model.state_dict() for s in states]}
+    if optimizers:
+        out["optimizers"] = [s.optimizer.state_dict() for s in states]
+    return out
+
+
+def load_client_models(states: list, state: dict) -> None:
+    for i, s in enumerate(states):
+        s.model.load_state_dict(state["models"][i])
+        if "optimizers" in state:
+            s.optimizer.load_state_dict(state["optimizers"][i])
+
+
+def check_client_size(ctx, limit: int, why: str) -> None:
+    """Refuse data whose largest client has more owned nodes than a full-batch method can hold."""
+    big = max(ctx.clients, key=lambda c: c.num_owned)
+    if big.num_owned > limit:
+        from fgx.config import ConfigError
+        raise ConfigError("algorithm.max_client_nodes", limit, f">= {big.num_owned} (client {big.cid}): {why}")
+
+
+def require_model(validated, *names: str, why: str) -> None:
+    """Refuse a run whose model is not one of ``names`` (a method built around one model)."""
+    if validated.names.get("model") not in names:
+        from fgx.config import ConfigError
+        raise ConfigError("model", validated.names.get("model"), f"{' or '.join(names)} ({why})")
 
 
 def copy_model(model: nn.Module) -> nn.Module:

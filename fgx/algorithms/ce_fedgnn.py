@@ -17,7 +17,8 @@ import torch
 from torch import nn
 
 from fgx import inference
-from fgx.algorithms.base import Algorithm, flat_params, round_seed, weighted_average
+from fgx.algorithms.base import (Algorithm, add_delta, aggregation_weights, flat_params, mean_loss, round_seed,
+                                 state_delta, weighted_average)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.progress import tick
@@ -295,8 +296,7 @@ def local_round(c: CEClient, p: CEFedGNNParams, global_state: dict, global_G: di
 
 
 def _upload(c: CEClient, global_state: dict, share: list):
-    new = c.model.state_dict()
-    update = {k: (new[k] - global_state[k]) if new[k].is_floating_point() else new[k].clone() for k in new}
+    update = state_delta(c.model.state_dict(), global_state)
     emb = []
     if share and c.boundary.numel() > 0:
         with torch.no_grad():
@@ -330,6 +330,8 @@ class CEFedGNN(Algorithm):
             raise ConfigError("algorithm.remote_layer0", "raw", f"drop, zeros or auto: dataset "
                               f"'{validated.names['dataset']}' does not declare its node features public "
                               f"(dataset.features_public=true, where the dataset has that key)")
+        if params.remote_layer0 == "auto":
+            params.remote_layer0 = "raw" if validated.features_public else "drop"
         if params.share_layers and 0 in params.share_layers:
             raise ConfigError("algorithm.share_layers", params.share_layers,
                               "layers >= 1 (sharing layer 0 sends raw node features; use remote_layer0=raw "
@@ -341,11 +343,6 @@ class CEFedGNN(Algorithm):
     def setup(self) -> None:
         p, ctx = self.params, self.ctx
         self.task = ctx.info.task
-        if p.remote_layer0 == "auto":
-            p.remote_layer0 = "raw" if ctx.info.features_public else "drop"
-        if p.remote_layer0 == "raw" and not ctx.info.features_public:
-            raise ConfigError("algorithm.remote_layer0", "raw", "drop or zeros: dataset "
-                              f"'{ctx.info.name}' does not declare its node features public")
         self.global_model = ctx.build_model()
         L = self.global_model.num_layers
         self.share = list(p.share_layers) if p.share_layers else (
@@ -458,19 +455,15 @@ class CEFedGNN(Algorithm):
                 self.buffer[layer][ids] = vals
                 self.buffer_has[layer][ids] = True
                 fresh[layer].append(ids)
-            if loss == loss:
-                losses.append(loss)
-        weights = [1.0] * len(self.clients) if p.weighting == "uniform" else \
-            [max(1, int(targets(c.view, self.task, "train")[0].sum())) for c in self.clients]
-        avg = ch.aggregate("update", weighted_average(updates, weights), len(updates), r)
-        new = {k: (v + avg[k]) if v.is_floating_point() else avg[k] for k, v in self.global_model.state_dict().items()}
-        self.global_model.load_state_dict(new)
+            losses.append(loss)
+        weights = aggregation_weights(self.clients, p.weighting, at_least_one=True)
+        add_delta(self.global_model, ch.aggregate("update", weighted_average(updates, weights), len(updates), r))
         if p.share_grad_estimator:
             self.global_G = ch.aggregate("grad_estimator", weighted_average(Gs, weights), len(Gs), r)
         self._route(r, fresh)
-        if p.aia_targets and r == self.ctx.cfg.rounds:
+        if p.aia_targets and r == self.ctx.rounds:
             self.ctx.record("attack_aia", self.attribute_inference())
-        return {"loss": sum(losses) / len(losses) if losses else float("nan")}
+        return {"loss": mean_loss(losses)}
 
     def attribute_inference(self) -> dict:
         """Spec §3.5: reconstruct boundary nodes' raw features from their released layer-1 embedding

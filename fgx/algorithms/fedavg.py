@@ -6,8 +6,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
-                                 num_train_items, round_seed, steps_per_round, train_steps, weighted_average)
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, add_delta, aggregation_weights, copy_model, flat_params,
+                                 make_client_state, mean_loss, round_seed, state_delta, steps_per_round, train_steps,
+                                 weighted_average, zero_delta)
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -29,14 +30,13 @@ def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: 
     state.model.load_state_dict(global_weights, strict=False)   # a method sharing part of the model sends that part
     g = torch.Generator().manual_seed(round_seed + state.cid)
     loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, state.extra.get("extra_loss"), p.fanouts)
-    new = state.model.state_dict()
-    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in global_weights}
-    return delta, loss
+    return state_delta(state.model.state_dict(), global_weights), loss
 
 
 @ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph"))
 class FedAvg(Algorithm):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
+    down, up = "global_weights", "update"     # the kinds of the round's two messages (FedPer: its base's)
     has_local_models = True
     client_fn = staticmethod(client_update)   # subclasses (FedProx) swap the client side
 
@@ -60,7 +60,7 @@ class FedAvg(Algorithm):
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
         chosen = [self.states[i] for i in self.sample_clients(r)]
-        gw = ch.broadcast("global_weights", self.shared_weights(), [s.cid for s in chosen], r)
+        gw = ch.broadcast(self.down, self.shared_weights(), [s.cid for s in chosen], r)
         results = self.ctx.executor.map(type(self).client_fn, chosen, gw, p, round_seed(self.ctx.seed, r))
         return {"loss": self.apply_updates(chosen, results, r)}
 
@@ -74,22 +74,13 @@ class FedAvg(Algorithm):
         received them stay in ``self.received`` (chosen states, updates) for server-side steps that
         follow the average (FedTAD's distillation)."""
         p, ch = self.params, self.ctx.channel
-        deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
+        deltas = [ch.send(self.up, d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
         self.received = (chosen, deltas)
-        weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
-        if sum(weights) == 0:
-            weights = [1.0] * len(chosen)
-        if deltas:
-            mean = weighted_average(deltas, weights)
-        else:   # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises
-            mean = {k: torch.zeros_like(v) if v.is_floating_point() else v.clone()
-                    for k, v in self.shared_weights().items()}
-        avg = ch.aggregate("update", mean, len(chosen), r)
-        sd = self.global_model.state_dict()
-        self.global_model.load_state_dict({k: (sd[k] + v) if v.is_floating_point() else v for k, v in avg.items()},
-                                          strict=False)
-        losses = [l for _, l in results if l == l]
-        return float(sum(losses) / len(losses)) if losses else float("nan")
+        # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises
+        mean = weighted_average(deltas, aggregation_weights(chosen, p.weighting)) if deltas else \
+            zero_delta(self.shared_weights())
+        add_delta(self.global_model, ch.aggregate(self.up, mean, len(chosen), r))
+        return mean_loss(l for _, l in results)
 
     def model_for(self, client):
         return self.global_model
@@ -98,14 +89,10 @@ class FedAvg(Algorithm):
         """The client's copy as its last local training left it (a client not sampled yet: the start weights)."""
         return self.states[client.cid].model
 
-    def _scores_local_models(self) -> bool:
-        cfg = getattr(self.ctx, "cfg", None)
-        return cfg is not None and cfg.get("eval_model") == "local"
-
     def state_dict(self) -> dict:
         state = {"global": self.global_model.state_dict(),
                  "optimizers": [s.optimizer.state_dict() for s in self.states]}
-        if self._scores_local_models():   # what is scored must survive a resume
+        if self.ctx.config.top.eval_model == "local":   # what is scored must survive a resume
             state["client_models"] = [s.model.state_dict() for s in self.states]
         return state
 

@@ -34,13 +34,13 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, round_seed
+from fgx.algorithms.base import flat_params, state_delta, zero_delta
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.models.base import LayerwiseModel
 from fgx.registry import ALGORITHMS
-from fgx.tasks import SPLITS, targets
+from fgx.tasks import targets
 
 PRIME = 2_147_483_647          # 2^31 - 1: tokens are an affine permutation modulo this prime
 
@@ -143,8 +143,7 @@ def fedgnn_client_update(state, global_weights: dict, p: FedGNNParams, round_see
     mask, y = targets(state.view, "node", "train")
     ids = mask.nonzero().view(-1)
     if ids.numel() == 0:
-        return {k: torch.zeros_like(v) if v.is_floating_point() else v.clone() for k, v in global_weights.items()}, \
-            float("nan")
+        return zero_delta(global_weights), float("nan")
     state.model.train()
     total = 0.0
     steps = p.local_steps if p.local_epochs is None else p.local_epochs * (
@@ -158,9 +157,7 @@ def fedgnn_client_update(state, global_weights: dict, p: FedGNNParams, round_see
         loss.backward()
         state.optimizer.step()
         total += float(loss.detach())
-    new = state.model.state_dict()
-    return {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in new}, \
-        total / steps
+    return state_delta(state.model.state_dict(), global_weights), total / steps
 
 
 @ALGORITHMS.register("fedgnn", params=FedGNNParams, tasks=("node",))
@@ -217,15 +214,10 @@ class FedGNN(FedAvg):
             extra = self.expand(r)
         return {**super().round(r), **extra}
 
-    def predict(self, client, local: bool = False):
-        """The global model (``local``: the client's locally stepped copy) on the expanded subgraph."""
+    def score(self, client, model):
+        """The model on the client's expanded subgraph."""
         s = self.states[client.cid]
-        model = self.local_model_for(client) if local else self.global_model
-        model.eval()
-        with torch.no_grad():
-            scores = expanded_forward(model, s.view, s.extra.get("fedgnn_expansion"), self.params.share_layer)
-        return {split: tuple(t.cpu() for t in (scores[m], y)) for split in SPLITS
-                for m, y in [targets(s.view, "node", split)]}
+        return expanded_forward(model, s.view, s.extra.get("fedgnn_expansion"), self.params.share_layer)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "expanded_at": self.expanded_at,

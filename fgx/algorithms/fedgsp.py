@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer,
-                                 round_seed, steps_per_round, train_steps, weight_spread)
+from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer, require_model,
+                                 mean_loss, round_seed, steps_per_round, train_steps, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -225,9 +225,7 @@ class FedGSP(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        if validated.names.get("model") != "unifilter":
-            raise ConfigError("model", validated.names.get("model"), "unifilter (FedGSP aggregates UniFilter's "
-                              "per-order combination coefficients)")
+        require_model(validated, "unifilter", why="FedGSP aggregates UniFilter's per-order combination coefficients")
         if params.batch_size is not None or params.fanouts:
             raise ConfigError("algorithm.batch_size", params.batch_size, "null (FedGSP trains full batch)")
 
@@ -275,8 +273,7 @@ class FedGSP(Algorithm):
             self.update_graphs(desc)
         self.pending = personalised_average(uploads, self.w, self.w_k)
         self.record(r, uploads, opt)
-        losses = [l for _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(self.w)}
+        return {"loss": mean_loss(l for _, l in results), **weight_spread(self.w)}
 
     def update_graphs(self, desc: list[dict]) -> None:
         k = self.params.k_principal

@@ -30,8 +30,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
-                                 round_seed, steps_per_round, train_steps, weight_spread)
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, client_models_state, copy_model, flat_params,
+                                 load_client_models, make_client_state, mean_loss, personalised_average, round_seed,
+                                 steps_per_round, train_steps, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.models.gamlp import cached_on_view, normalized_adjacency
@@ -140,23 +141,19 @@ class FedGTA(Algorithm):
                           for s, (_, _, c, _) in zip(self.states, results)])
         W = aggregation_weights(m, conf, p.accept_alpha)
         for i, s in enumerate(self.states):
-            personal = {k: sum(W[i, j] * thetas[j][k] for j in range(len(thetas)) if W[i, j] > 0)
-                        if thetas[0][k].is_floating_point() else thetas[i][k] for k in thetas[0]}
-            s.model.load_state_dict(ch.send("personalised_weights", personal, src="server", dst=s.cid, round=r))
+            personal = ch.send("personalised_weights", personalised_average(thetas, W[i], i), src="server", dst=s.cid,
+                               round=r)
+            s.model.load_state_dict(personal)
         self.ctx.record("fedgta_weights", {"W": W.tolist(), "confidence": conf.tolist()})
-        losses = [l for *_, l in results if l == l]
         accepted = (W > 0).sum(1).double()          # |A_i|: the clients i aggregates with, itself included
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(W),
+        return {"loss": mean_loss(l for *_, l in results), **weight_spread(W),
                 "accepted_set_mean": float(accepted.mean()), "accepted_set_min": float(accepted.min())}
 
     def model_for(self, client):
         return self.states[client.cid].model
 
     def state_dict(self) -> dict:
-        return {"models": [s.model.state_dict() for s in self.states],
-                "optimizers": [s.optimizer.state_dict() for s in self.states]}
+        return client_models_state(self.states)
 
     def load_state_dict(self, state: dict) -> None:
-        for s, m, o in zip(self.states, state["models"], state["optimizers"]):
-            s.model.load_state_dict(m)
-            s.optimizer.load_state_dict(o)
+        load_client_models(self.states, state)

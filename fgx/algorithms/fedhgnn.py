@@ -44,7 +44,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm, require_model, round_seed
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.recsys.bipartite import client_interactions
@@ -258,10 +258,7 @@ class FedHGNN(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        from fgx.config import ConfigError
-        if validated.names.get("model") != "mf":
-            raise ConfigError("model", validated.names.get("model"),
-                              "mf (FedHGNN's embedding tables; model.dim and model.emb_init_std size them)")
+        require_model(validated, "mf", why="FedHGNN's embedding tables; model.dim and model.emb_init_std size them")
 
     def setup(self) -> None:
         ctx, p, mp = self.ctx, self.params, self.ctx.model_params

@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
-                                 round_seed, steps_per_round, weight_spread)
+                                 mean_loss, require_model, round_seed, steps_per_round, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -170,9 +170,7 @@ class FedIIH(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        if validated.names.get("model") != "disengcn":
-            raise ConfigError("model", validated.names.get("model"),
-                              "disengcn (FedIIH aggregates DisenGCN's parameters factor by factor)")
+        require_model(validated, "disengcn", why="FedIIH aggregates DisenGCN's parameters factor by factor")
         if params.batch_size is not None:
             raise ConfigError("algorithm.batch_size", params.batch_size, "null: FedIIH trains full batch")
 
@@ -208,8 +206,7 @@ class FedIIH(Algorithm):
             s.extra["heads"].load_state_dict({k[6:]: v for k, v in got.items() if k.startswith("heads.")})
             s.extra["prior"] = prior.to(self.ctx.device)
         self.ctx.record("fediih_weights", {"W": W.tolist(), "similarity": S.tolist()})
-        losses = [l for *_, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(W)}
+        return {"loss": mean_loss(l for *_, l in results), **weight_spread(W)}
 
     def model_for(self, client):
         return self.states[client.cid].model

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm, require_model, round_seed
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.recsys.bipartite import client_interactions
@@ -78,10 +78,7 @@ class FedMF(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        from fgx.config import ConfigError
-        if validated.names.get("model") not in cls.model_names:
-            raise ConfigError("model", validated.names.get("model"),
-                              f"one of {', '.join(cls.model_names)} ({cls.__name__} shares item embeddings)")
+        require_model(validated, *cls.model_names, why=f"{cls.__name__} shares item embeddings")
 
     def build_client(self, c) -> ItemClient:
         inter = client_interactions(c, self.ctx.global_data.num_users)

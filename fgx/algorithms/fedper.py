@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import flat_params, num_train_items, round_seed, steps_per_round, train_steps, \
-    weighted_average
+from fgx.algorithms.base import flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -35,53 +34,24 @@ def head_keys(model: torch.nn.Module, head_layers: int) -> set[str]:
     return {k for k in model.state_dict() if k.startswith(prefixes)}
 
 
-def fedper_client_update(state, base_weights: dict, p: FedPerParams, round_seed: int):
-    """Load the shared base into the client's model (its head stays), train, return the base delta."""
-    sd = state.model.state_dict()
-    sd.update(base_weights)
-    state.model.load_state_dict(sd)
-    g = torch.Generator().manual_seed(round_seed + state.cid)
-    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, None, p.fanouts)
-    new = state.model.state_dict()
-    delta = {k: (new[k] - base_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in base_weights}
-    return delta, loss
-
-
 @ALGORITHMS.register("fedper", params=FedPerParams, tasks=("node",))
 class FedPer(FedAvg):
+    """FedAvg's round over the base only: the server sends the base, clients load it under their own
+    head (FedAvg's client side loads what it gets), train, and send the base's update."""
     messages = {"global_base": Message("down"), "base_update": Message("up", release=True)}
+    down, up = "global_base", "base_update"
 
     def setup(self) -> None:
         super().setup()
         self.head = head_keys(self.global_model, self.params.head_layers)
 
-    def base(self) -> dict[str, torch.Tensor]:
+    def shared_weights(self) -> dict[str, torch.Tensor]:
         return {k: v for k, v in flat_params(self.global_model).items() if k not in self.head}
-
-    def round(self, r: int) -> dict[str, float]:
-        p, ch = self.params, self.ctx.channel
-        chosen = [self.states[i] for i in self.sample_clients(r)]
-        if not chosen:      # an empty Poisson draw: nothing to average this round
-            return {"loss": float("nan")}
-        bw = ch.broadcast("global_base", self.base(), [s.cid for s in chosen], r)
-        results = self.ctx.executor.map(fedper_client_update, chosen, bw, p, round_seed(self.ctx.seed, r))
-        deltas = [ch.send("base_update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
-        weights = [num_train_items(s) if p.weighting == "train_items" else 1.0 for s in chosen]
-        if sum(weights) == 0:
-            weights = [1.0] * len(chosen)
-        avg = ch.aggregate("base_update", weighted_average(deltas, weights), len(chosen), r)
-        gs = self.global_model.state_dict()
-        gs.update({k: (gs[k] + avg[k]) if gs[k].is_floating_point() else avg[k] for k in avg})
-        self.global_model.load_state_dict(gs)
-        losses = [l for _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
 
     def model_for(self, client):
         """The client's model: the latest shared base under its own head."""
         model = self.states[client.cid].model
-        sd = model.state_dict()
-        sd.update(self.base())
-        model.load_state_dict(sd)
+        model.load_state_dict(self.shared_weights(), strict=False)
         return model
 
     def state_dict(self) -> dict:

@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm, require_model, round_seed
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.recsys.bipartite import client_interactions
@@ -215,9 +215,7 @@ class FedPerGNN(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        from fgx.config import ConfigError
-        if validated.names.get("model") != "gat_ranker":
-            raise ConfigError("model", validated.names.get("model"), "gat_ranker (FedPerGNN's GAT over the expanded graph)")
+        require_model(validated, "gat_ranker", why="FedPerGNN's GAT over the expanded graph")
 
     def setup(self) -> None:
         ctx, p, mp = self.ctx, self.params, self.ctx.model_params

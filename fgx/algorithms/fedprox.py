@@ -1,11 +1,11 @@
 """FedProx (Li et al., MLSys 2020): FedAvg whose local objective adds the proximal term
 (mu/2)·||w - w_global||² over the model parameters, keeping local models near the global one.
-mu = 0 is FedAvg exactly (tests/test_baselines.py)."""
+mu = 0 is FedAvg exactly (tests/test_baselines.py). The round is FedAvg's; FedProx changes the
+client side only (``client_fn``), and says when it reduces to FedAvg (``reduces_to``)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from fgx.algorithms.base import LocalTrainParams
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams, client_update
 from fgx.config import spec
 from fgx.registry import ALGORITHMS
@@ -19,19 +19,15 @@ class FedProxParams(FedAvgParams):
 def proximal_term(state):
     """(mu/2)·||w - w_global||² with w_global fixed at the weights the round started from.
     Module-level so that executors can pickle the client state that refers to it."""
-    anchor, mu = state.extra["prox_anchor"], state.extra["prox_mu"]
-    total = 0.0
-    for name, w in state.model.named_parameters():
-        total = total + ((w - anchor[name]) ** 2).sum()
-    return 0.5 * mu * total
+    anchor = state.extra["prox_anchor"]
+    return 0.5 * state.extra["prox_mu"] * sum(((w - anchor[n]) ** 2).sum() for n, w in state.model.named_parameters())
 
 
 def prox_client_update(state, global_weights: dict, p: FedProxParams, round_seed: int):
     """FedAvg's client update with the proximal term added to the local loss."""
     names = {n for n, _ in state.model.named_parameters()}
-    state.extra["prox_anchor"] = {k: v.detach().clone() for k, v in global_weights.items() if k in names}
-    state.extra["prox_mu"] = p.mu
-    state.extra["extra_loss"] = proximal_term
+    state.extra.update(prox_anchor={k: v.detach().clone() for k, v in global_weights.items() if k in names},
+                       prox_mu=p.mu, extra_loss=proximal_term)
     return client_update(state, global_weights, p, round_seed)
 
 
@@ -53,10 +49,9 @@ class FedProx(FedAvg):
         """FedAvg's round; its diagnostic: the proximal term at the end of local training,
         (μ/2)·‖Δ_i‖² of each received update, mean over clients, against the mean training loss."""
         stats = super().round(r)
-        _, deltas = self.received
         names = {n for n, _ in self.global_model.named_parameters()}
         prox = [0.5 * self.params.mu * sum(float(v.double().pow(2).sum()) for k, v in d.items() if k in names)
-                for d in deltas]
-        if prox and isinstance(stats.get("loss"), float) and stats["loss"] == stats["loss"]:
+                for d in self.received[1]]
+        if prox and stats["loss"] == stats["loss"]:
             stats["regulariser_share"] = (sum(prox) / len(prox)) / max(abs(stats["loss"]), 1e-30)
         return stats

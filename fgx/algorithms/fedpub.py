@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state, \
-    num_train_items, round_seed, steps_per_round, weight_spread
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, check_client_size, copy_model, flat_params,
+                                 make_client_state, mean_loss, num_train_items, personalised_average, round_seed,
+                                 similarity_weights, steps_per_round, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -88,13 +89,6 @@ def fedpub_client_update(state, proxy, p: FedPubParams, round_seed: int):
     return flat_params(state.model), emb.cpu(), total / steps
 
 
-def similarity_weights(embeddings: torch.Tensor, sizes: torch.Tensor, tau: float) -> torch.Tensor:
-    """W_ij = exp(τ cos(e_i, e_j)) n_j / sum_k exp(τ cos(e_i, e_k)) n_k (rows sum to 1)."""
-    e = nn.functional.normalize(embeddings, dim=1)
-    logits = tau * (e @ e.t()) + torch.log(sizes.clamp(min=1).float())[None, :]
-    return torch.softmax(logits, dim=1)      # = the normalised exp(τ S) n_j, computed stably
-
-
 @ALGORITHMS.register("fedpub", params=FedPubParams, tasks=("node", "ranking"))
 class FedPub(Algorithm):
     messages = {"proxy_graph": Message("down"), "personalised_weights": Message("down"),
@@ -118,11 +112,8 @@ class FedPub(Algorithm):
 
     def setup(self) -> None:
         p = self.params
-        big = max(self.ctx.clients, key=lambda c: c.num_owned)
-        if big.num_owned > p.max_client_nodes:
-            raise ConfigError("algorithm.max_client_nodes", p.max_client_nodes,
-                              f">= {big.num_owned} (client {big.cid}): FED-PUB trains full batch on each "
-                              f"client subgraph and does not scale to this data")
+        check_client_size(self.ctx, p.max_client_nodes,
+                          "FED-PUB trains full batch on each client subgraph and does not scale to this data")
         self.views = self.make_views(include_cross=False)
         init = self.ctx.build_model()
         self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(init)) for c in self.ctx.clients]
@@ -148,11 +139,9 @@ class FedPub(Algorithm):
                             for s, (_, e, _) in zip(self.states, results)])
         sizes = torch.tensor([num_train_items(s) for s in self.states])
         W = similarity_weights(embs, sizes, p.norm_scale)
-        self.personal = [{k: sum(W[i, j] * thetas[j][k] for j in range(len(thetas))) if thetas[0][k].is_floating_point()
-                          else thetas[0][k] for k in thetas[0]} for i in range(len(thetas))]
+        self.personal = [personalised_average(thetas, W[i], i) for i in range(len(thetas))]
         self.ctx.record("fedpub_weights", {"W": W.tolist()})
-        losses = [l for _, _, l in results if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"), **weight_spread(W)}
+        return {"loss": mean_loss(l for _, _, l in results), **weight_spread(W)}
 
     def model_for(self, client):
         """The client's masked model (as it trained; the next personalised weights come next round)."""

@@ -27,8 +27,7 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fgx.algorithms.base import Algorithm, round_seed, weight_spread
-from fgx.algorithms.fedpub import FedPub, similarity_weights
+from fgx.algorithms.base import Algorithm, require_model, round_seed, similarity_weights, weight_spread
 from fgx.recsys.graph_clients import (GraphClient, build_graph_clients, make_optimizer, ranking_split_metrics,
                                       require_graph_model)
 from fgx.recsys import losses
@@ -37,10 +36,8 @@ from fgx.recsys.training import sample_negatives
 
 
 def check_ranking_config(params, validated) -> None:
-    from fgx.config import ConfigError
     require_graph_model(validated, "FED-PUB on the ranking task")
-    if validated.names["model"] != "lgcn":
-        raise ConfigError("model", validated.names["model"], "lgcn (FED-PUB's proxy graph runs the spectral kernels)")
+    require_model(validated, "lgcn", why="FED-PUB's proxy graph runs the spectral kernels")
 
 
 def proxy_bipartite(users: int, items: int, density: float, dim: int, seed: int) -> dict:
@@ -104,8 +101,8 @@ def fedpub_ranking_update(state: GraphClient, p, r_seed: int):
 
 
 class FedPubRanking(Algorithm):
-    """``algorithm=fedpub`` on ranking data (``FedPub(ctx)`` returns this object there)."""
-    messages = FedPub.messages
+    """``algorithm=fedpub`` on ranking data (``FedPub(ctx)`` returns this object there; the run's channel
+    carries FedPub's message kinds)."""
 
     def setup(self) -> None:
         ctx, p = self.ctx, self.params

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import ClientState
+from fgx.algorithms.base import ClientState, require_model
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -343,9 +343,7 @@ class FedSagePlus(FedAvg):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        if validated.names.get("model") != "sage":
-            raise ConfigError("model", validated.names.get("model"),
-                              "sage (FedSage+ trains GraphSAGE classifiers on the mended subgraphs)")
+        require_model(validated, "sage", why="FedSage+ trains GraphSAGE classifiers on the mended subgraphs")
 
     def setup(self) -> None:
         p, ctx = self.params, self.ctx

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm, require_model, round_seed
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.models.lgcn import LGCN, client_degrees
@@ -133,8 +133,7 @@ class FedSSP(Algorithm):
     @classmethod
     def check_config(cls, params, validated) -> None:
         require_graph_model(validated, "FedSSP")
-        if validated.names["model"] != "lgcn":
-            raise ConfigError("model", validated.names["model"], "lgcn (FedSSP's shared knowledge is spectral)")
+        require_model(validated, "lgcn", why="FedSSP's shared knowledge is spectral")
 
     def setup(self) -> None:
         p = self.params

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams, client_update
-from fgx.algorithms.base import round_seed
-from fgx.config import ConfigError, spec
+from fgx.algorithms.base import require_model, round_seed
+from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
 
@@ -62,8 +62,7 @@ class FedSSPGraph(FedAvg):
     @classmethod
     def check_config(cls, params, validated) -> None:
         super().check_config(params, validated)
-        if validated.names["model"] != "ssp":
-            raise ConfigError("model.name", validated.names["model"], "ssp (FedSSP's spectral model)")
+        require_model(validated, "ssp", why="FedSSP's spectral model")
 
     def setup(self) -> None:
         from fgx.models.ssp import spectral_cache

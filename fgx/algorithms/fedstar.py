@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from fgx.algorithms.base import require_model
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
-from fgx.config import ConfigError
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
 
@@ -46,8 +46,7 @@ class FedStar(FedAvg):
     @classmethod
     def check_config(cls, params, validated) -> None:
         super().check_config(params, validated)
-        if validated.names["model"] != "gin_dc":
-            raise ConfigError("model.name", validated.names["model"], "gin_dc (FedStar's two-channel model)")
+        require_model(validated, "gin_dc", why="FedStar's two-channel model")
 
     def setup(self) -> None:
         super().setup()

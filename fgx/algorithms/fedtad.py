@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import copy_model, flat_params, round_seed
+from fgx.algorithms.base import apply_delta, copy_model, flat_params, round_seed
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -161,7 +161,7 @@ class FedTAD(FedAvg):
         super().setup()
         p, ctx = self.params, self.ctx
         if not isinstance(self.global_model, NodeGNN):
-            raise ConfigError("model.name", ctx.cfg.model.get("name"),
+            raise ConfigError("model.name", ctx.config.names["model"],
                               "a message-passing model over (x, edge_index) such as gcn, sage or gin: FedTAD's "
                               "server runs every model on generated pseudo-graphs")
         c = ctx.out_dim
@@ -194,7 +194,7 @@ class FedTAD(FedAvg):
                 q.requires_grad_(False)
             self.local_models.append(m)
         for m, d in zip(self.local_models, deltas):
-            m.load_state_dict({k: (v + d[k].to(v.device)) if v.is_floating_point() else d[k] for k, v in start.items()})
+            m.load_state_dict(apply_delta(start, d))
             m.eval()
         return self.local_models[:len(deltas)]
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import copy_model, flat_params, num_train_items, round_seed, weighted_average
+from fgx.algorithms.base import add_delta, aggregation_weights, copy_model, mean_loss, round_seed, weighted_average
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -70,6 +70,8 @@ class GCFL(FedAvg):
             raise ConfigError("algorithm.warmup_rounds", params.warmup_rounds,
                               f"< rounds ({rounds}): with no round after the warm-up GCFL never uses a split and "
                               f"is FedAvg (null: rounds // 10)")
+        if params.warmup_rounds is None:
+            params.warmup_rounds = rounds // 10
 
     @classmethod
     def reduces_to(cls, params, top) -> str | None:
@@ -82,9 +84,8 @@ class GCFL(FedAvg):
         super().setup()
         self.clusters: list[list[int]] = [[s.cid for s in self.states]]
         self.cluster_models = [self.global_model]
-        p, rounds = self.params, int(self.ctx.cfg.rounds)
-        self.warmup = rounds // 10 if p.warmup_rounds is None else p.warmup_rounds
-        self.ctx.log.info("gcfl: clusters may split from round %d of %d", max(self.warmup, 1), rounds)
+        self.warmup = self.params.warmup_rounds      # null resolved in check_config
+        self.ctx.log.info("gcfl: clusters may split from round %d of %d", max(self.warmup, 1), self.ctx.rounds)
 
     def cluster_of(self, cid: int) -> int:
         return next(i for i, c in enumerate(self.clusters) if cid in c)
@@ -110,13 +111,13 @@ class GCFL(FedAvg):
             w = ch.broadcast("cluster_weights", {n: sd[n].detach().clone() for n in keys}, [s.cid for s in members], r)
             results = self.ctx.executor.map(type(self).client_fn, members, w, p, seed)
             deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(members, results)]
-            losses += [l for _, l in results if l == l]
+            losses += [l for _, l in results]
             received.append((members, deltas))
         self.observe(received, r)
         splits = 0
         for k, (members, deltas) in enumerate(received):
             model = self.cluster_models[k]
-            weights = [max(num_train_items(s), 1) if p.weighting == "train_items" else 1.0 for s in members]
+            weights = aggregation_weights(members, p.weighting, at_least_one=True)
             flat = torch.stack([flatten(d) for d in deltas])
             mean_norm = float(flat.mean(0).norm())
             max_norm = float(flat.norm(dim=1).max())
@@ -135,11 +136,9 @@ class GCFL(FedAvg):
             for ck, idx in groups:
                 avg = ch.aggregate("update", weighted_average([deltas[i] for i in idx], [weights[i] for i in idx]),
                                    len(idx), r)
-                m = self.cluster_models[ck]
-                sd = m.state_dict()
-                m.load_state_dict({n: (sd[n] + v) if v.is_floating_point() else v for n, v in avg.items()}, strict=False)
+                add_delta(self.cluster_models[ck], avg)
         self.ctx.record("gcfl_clusters", {"clusters": [sorted(c) for c in self.clusters]})
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan"),
+        return {"loss": mean_loss(losses),
                 "clusters": float(len(self.clusters)), "splits": float(splits)}
 
     def observe(self, received: list, r: int) -> None:

@@ -59,12 +59,10 @@ class GossipSGD(Algorithm):
 
     def setup(self) -> None:
         from fgx.decentral.runtime import FlatModel
-        from fgx.decentral.topology import TopologyParams, build_graph, gossip_matrix
-        from omegaconf import OmegaConf
+        from fgx.decentral.topology import build_graph, gossip_matrix
 
         p, ctx = self.params, self.ctx
-        tp = {k: v for k, v in OmegaConf.to_container(ctx.cfg.partitioner, resolve=True).items() if k != "name"}
-        self.graph = build_graph(TopologyParams(**tp))
+        self.graph = build_graph(ctx.config.params["partitioner"])   # topology's params (check_config)
         w = gossip_matrix(self.graph, p.gossip)
         dev = ctx.device                 # all n node models, data and W live on one device
         self.w = torch.tensor(w, dtype=torch.float32, device=dev)

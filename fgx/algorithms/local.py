@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, make_client_state, round_seed, steps_per_round,
-                                 train_steps)
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, client_models_state, load_client_models,
+                                 make_client_state, mean_loss, round_seed, steps_per_round, train_steps)
 from fgx.registry import ALGORITHMS
 
 
@@ -25,9 +25,7 @@ class Local(Algorithm):
 
     def round(self, r: int) -> dict[str, float]:
         p = self.params
-        losses = self.ctx.executor.map(local_round, self.states, p, round_seed(self.ctx.seed, r))
-        losses = [l for l in losses if l == l]
-        return {"loss": float(sum(losses) / len(losses)) if losses else float("nan")}
+        return {"loss": mean_loss(self.ctx.executor.map(local_round, self.states, p, round_seed(self.ctx.seed, r)))}
 
     def model_for(self, client):
         return self.states[client.cid].model
@@ -35,10 +33,7 @@ class Local(Algorithm):
     local_model_for = model_for   # no server model: the client's own is both
 
     def state_dict(self) -> dict:
-        return {"models": [s.model.state_dict() for s in self.states],
-                "optimizers": [s.optimizer.state_dict() for s in self.states]}
+        return client_models_state(self.states)
 
     def load_state_dict(self, state: dict) -> None:
-        for s, m, o in zip(self.states, state["models"], state["optimizers"]):
-            s.model.load_state_dict(m)
-            s.optimizer.load_state_dict(o)
+        load_client_models(self.states, state)

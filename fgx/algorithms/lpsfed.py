@@ -28,7 +28,7 @@ from fgx.recsys.graph_clients import (GraphClient, GraphTrainParams, build_graph
 from fgx.recsys.spectral import (anchor_graph, bipartite_laplacian, code_kl, kl_divergence, lowest_eigenpairs,
                                  lowpass_distribution, max_similarity, minmax_similarity, reference_anchor_sizes,
                                  single_bin_density)
-from fgx.recsys.training import sample_negatives  # noqa: F401  (re-exported: tests import it from here)
+from fgx.recsys.training import sample_negatives
 from fgx.registry import ALGORITHMS
 
 

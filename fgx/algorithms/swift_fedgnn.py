@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, round_seed, train_steps
+from fgx.algorithms.base import flat_params, round_seed, state_delta, train_steps
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.halo import apply_halo_rows, send_halo_embeddings, wrap_edge_clients
 from fgx.config import ConfigError, spec
@@ -215,8 +215,7 @@ def client_phase(state, gw: dict, p: SwiftFedGNNParams, rseed: int, phase: int, 
         losses.append((train_steps(state, steps, p.batch_size, g, state.extra.get("extra_loss"), p.fanouts), steps))
     if not finish:
         return None
-    new = state.model.state_dict()
-    delta = {k: (new[k] - gw[k]) if new[k].is_floating_point() else new[k].clone() for k in new}
+    delta = state_delta(state.model.state_dict(), gw)
     if len(losses) == 1:
         loss = losses[0][0]
     else:

@@ -2,12 +2,8 @@
 from __future__ import annotations
 
 import logging
-import os
-import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 import torch
@@ -115,27 +111,3 @@ def random_split(num_items: int, train: float, val: float, seed: int) -> tuple[t
     masks[1][perm[n_tr:n_tr + n_va]] = True
     masks[2][perm[n_tr + n_va:]] = True
     return tuple(masks)
-
-
-def staged_root(data_dir: Path, folder: str, required: list[str]) -> Path:
-    """PyG writes ``processed/`` next to ``raw/``. When the data root is read-only (a shared
-    copy), stage the raw files into a writable cache and load from there (copied under a lock into
-    a temporary folder that is renamed into place, so parallel jobs never see a partial copy)."""
-    src = Path(data_dir) / folder
-    try:
-        fd, probe = tempfile.mkstemp(prefix=".fgx_write_probe", dir=src)
-        os.close(fd)
-        os.unlink(probe)
-        return Path(data_dir)
-    except OSError:
-        from fgx.config import default_data_dir
-        from fgx.data.prepare import atomic_dir, preparation_lock
-
-        dst_root = Path(default_data_dir()) / "staged"
-        dst = dst_root / folder
-        if not all((dst / "raw" / r).exists() for r in required):
-            with preparation_lock(dst_root / f".{folder}.lock", f"staging {src}"):
-                if not all((dst / "raw" / r).exists() for r in required):
-                    dst.mkdir(parents=True, exist_ok=True)
-                    atomic_dir(dst / "raw", lambda tmp: shutil.copytree(src / "raw", tmp, dirs_exist_ok=True))
-        return dst_root

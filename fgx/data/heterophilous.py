@@ -12,7 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split, staged_root
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split
+from fgx.data.prepare import staged_root
 from fgx.data.checks import check_arrays
 from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS

@@ -11,7 +11,8 @@ from pathlib import Path
 import numpy as np
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split, staged_root
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, clients_fit, random_split
+from fgx.data.prepare import staged_root
 from fgx.data.prepare import prepared_ecosystem
 from fgx.registry import DATASETS
 

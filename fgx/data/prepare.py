@@ -146,3 +146,26 @@ def atomic_dir(final: Path, fill: Callable[[Path], None]) -> None:
         os.replace(tmp, final)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+
+
+def staged_root(data_dir: Path, folder: str, required: list[str]) -> Path:
+    """PyG writes ``processed/`` next to ``raw/``. When the data root is read-only (a shared
+    copy), stage the raw files into a writable cache and load from there (copied under a lock into
+    a temporary folder that is renamed into place, so parallel jobs never see a partial copy)."""
+    src = Path(data_dir) / folder
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".fgx_write_probe", dir=src)
+        os.close(fd)
+        os.unlink(probe)
+        return Path(data_dir)
+    except OSError:
+        from fgx.config import default_data_dir
+
+        dst_root = Path(default_data_dir()) / "staged"
+        dst = dst_root / folder
+        if not all((dst / "raw" / r).exists() for r in required):
+            with preparation_lock(dst_root / f".{folder}.lock", f"staging {src}"):
+                if not all((dst / "raw" / r).exists() for r in required):
+                    dst.mkdir(parents=True, exist_ok=True)
+                    atomic_dir(dst / "raw", lambda tmp: shutil.copytree(src / "raw", tmp, dirs_exist_ok=True))
+        return dst_root

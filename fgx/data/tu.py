@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.config import spec
-from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset, staged_root
+from fgx.data.base import DataEnv, DataError, DatasetInfo, GraphDataset
+from fgx.data.prepare import staged_root
 from fgx.data.graphs import check_collection, collection
 from fgx.registry import DATASETS
 

@@ -3,7 +3,6 @@ gradients with torch.func (vmap over nodes of vmap over samples of grad) and per
 noise is privacy=mf_gdp's (fgx/privacy/mf/noise.py)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 from torch import nn
 from torch.func import functional_call, grad, vmap

@@ -140,7 +140,3 @@ def check_gossip_matrix(w: np.ndarray, g: nx.Graph, atol: float = 1e-10) -> None
     support = nx.to_numpy_array(g, nodelist=range(n), weight=None) + np.eye(n)
     if (np.abs(w[support == 0]) > atol).any():
         raise ValueError("gossip matrix has weight outside the graph's edges and self-loops")
-
-
-def distances_from(g: nx.Graph, source: int) -> dict[int, int]:
-    return dict(nx.single_source_shortest_path_length(g, source))

@@ -14,7 +14,7 @@ from fgx.data.base import DatasetInfo
 class Context:
     clients: list
     info: DatasetInfo
-    cfg: Any                      # the whole resolved config (OmegaConf)
+    config: Any                   # the validated configuration (fgx.config.Validated: top, params, names)
     params: Any                   # this algorithm's params dataclass
     model_params: Any
     model_builder: Callable       # (params, in_dim, out_dim, info) -> nn.Module
@@ -26,6 +26,10 @@ class Context:
     log: logging.Logger
     global_data: Any = None       # the global graph: for evaluation/diagnostics only, never for training
     extras: dict = field(default_factory=dict)   # per-round records an algorithm wants written
+
+    @property
+    def rounds(self) -> int:
+        return self.config.top.rounds
 
     @property
     def in_dim(self) -> int:

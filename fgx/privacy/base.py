@@ -33,6 +33,12 @@ class PrivacyMechanism:
     accounts = True      # claims a privacy budget: every client-sent message kind must be covered or public
 
     @classmethod
+    def check_config(cls, params, validated) -> None:
+        """Before any work: the coverage rule (no budget that misses a message kind) and the audit's checks.
+        A mechanism with checks of its own calls this first."""
+        check_coverage(validated)
+
+    @classmethod
     def covers(cls, params) -> set[str]:
         """Message kinds whose every release this mechanism's budget accounts for."""
         return set()

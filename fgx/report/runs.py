@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 IGNORED_OVERRIDES = {"seed", "data_dir", "resume", "hydra.run.dir", "hydra.sweep.dir", "output.progress",
-                     "output.checkpoint", "output.save_predictions", "dataset.download", "logger",
+                     "output.checkpoint", "dataset.download", "logger",
                      "experiment_name"}
 
 

@@ -111,7 +111,7 @@ class CertifiedUnlearning(UnlearningMethod):
         p = self.params
         algo, server = algorithm, algorithm.server
         rng = np.random.default_rng([ctx.seed + p.seed_offset, 4099])
-        server.round = int(ctx.cfg.rounds) + 1
+        server.round = ctx.rounds + 1
         out: dict = {"method": self.name, "requests_config": asdict(p), "setup": {}}
         injected = None
         if p.requests.selection == "adversarial":

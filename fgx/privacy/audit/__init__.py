@@ -14,9 +14,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
-import torch
-
 from fgx.config import ConfigError, spec
 
 # privacy mechanism (or, for a method with its own local DP, algorithm) -> module of its audit
@@ -80,53 +77,3 @@ def attach(privacy, algo, ctx, name: str | None):
 
     mod = importlib.import_module(f"fgx.privacy.audit.{AUDITS[name]}")
     return mod.Audit(privacy, algo, ctx, p)
-
-
-class Canaries:
-    """m canaries, a random half included (``included``); ``scores`` grow during the run (higher:
-    more likely included). Subclasses insert the canaries and say what they claim."""
-    attack = ""
-    score_name = "projection sum"      # what ``scores`` is, when it is one array
-
-    def __init__(self, p: AuditParams, run_seed: int):
-        self.p = p
-        self.m = p.canaries
-        self.rng = np.random.default_rng([p.seed, run_seed, 44])
-        self.included = self.rng.random(self.m) < 0.5
-        self.gen = torch.Generator().manual_seed(int(self.rng.integers(2 ** 62)))
-        self.scores = np.zeros(self.m)
-
-    def intercept(self, mech, hook: str):
-        """Route the mechanism's ``hook`` ("release" or "aggregate") through this audit's method of the
-        same name, which inserts the canaries; returns the mechanism's own."""
-        own = getattr(mech, hook)
-        setattr(mech, hook, getattr(self, hook))
-        return own
-
-    def claim(self) -> dict:
-        """{"epsilon": ε the mechanism claims for each canary, "delta": δ, ...}."""
-        raise NotImplementedError
-
-    def report(self) -> dict:
-        from fgx.privacy.audit.bound import audit
-
-        claim = self.claim()
-        scores = self.scores if isinstance(self.scores, dict) else {self.score_name: self.scores}
-        res = audit(scores, self.included, claim["delta"], self.p.confidence)
-        eps = claim["epsilon"]
-        holds = None if eps is None else bool(res["epsilon_lb"] <= eps)
-        return {"claimed": claim, **res, "below_claim": holds, "attack": self.attack,
-                "bound": "Steinke, Nasr, Jagielski 2023, Theorem 3 (one run; best of the guess counts tried, "
-                         "confidence split over them)",
-                "meaning": "the run is not (epsilon_lb, delta)-DP for these canaries, with this confidence; "
-                           "a lower bound below the claim does not prove the claim"}
-
-
-def directions(count: int, dim: int, gen: torch.Generator) -> torch.Tensor:
-    """``count`` unit vectors in R^dim: orthonormal when count <= dim (so canaries do not blur each
-    other's scores), independent Gaussian directions otherwise."""
-    g = torch.randn(dim, count, generator=gen, dtype=torch.float64)
-    if count <= dim:
-        q, _ = torch.linalg.qr(g)
-        return q.T.contiguous().float()
-    return (g / g.norm(dim=0, keepdim=True)).T.contiguous().float()

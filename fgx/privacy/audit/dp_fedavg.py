@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-from fgx.privacy.audit import Canaries, directions
+from fgx.privacy.audit.canaries import Canaries, directions
 
 
 class Audit(Canaries):

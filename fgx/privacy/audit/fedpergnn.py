@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from fgx.privacy.audit import Canaries
+from fgx.privacy.audit.canaries import Canaries
 
 
 class Audit(Canaries):

@@ -13,7 +13,7 @@ import math
 
 import torch
 
-from fgx.privacy.audit import Canaries, directions
+from fgx.privacy.audit.canaries import Canaries, directions
 
 
 class Audit(Canaries):

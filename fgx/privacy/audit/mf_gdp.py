@@ -22,7 +22,7 @@ import torch
 from scipy.linalg import solve_triangular
 
 from fgx.config import ConfigError
-from fgx.privacy.audit import Canaries, directions
+from fgx.privacy.audit.canaries import Canaries, directions
 
 
 NO_VICTIMS = ("0 with this trust model and graph: the audit's victims are nodes whose only neighbour is an "

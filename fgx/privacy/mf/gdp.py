@@ -12,7 +12,7 @@ def eps_from_mu(mu: float, delta: float) -> float:
     return float(_eps(mu=mu, delta=delta))
 
 
-def eps_from_mu_many(mus, delta: float) -> "np.ndarray":
+def eps_from_mu_many(mus, delta: float):
     """eps_from_mu for many μ at once (per-pair PNDP tables have up to n(n-1) entries; Opacus solves
     one μ per call at ~2 ms each). Vectorised bisection of the same Dong et al. dual
     δ(ε) = Φ(-ε/μ + μ/2) - e^ε Φ(-ε/μ - μ/2), decreasing in ε, on [0, 500] like Opacus' bracket;

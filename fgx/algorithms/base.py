@@ -41,6 +41,9 @@ class Algorithm:
     # True where each client keeps its own model after its local step (``local_model_for``): what
     # ``eval_model=local`` scores
     has_local_models: bool = False
+    # (model name, why) for a method built around one model (FedSage+ on GraphSAGE): check_config
+    # refuses any other before work starts
+    requires_model: tuple[str, str] | None = None
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -121,7 +124,10 @@ class Algorithm:
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        """Raise fgx.config.ConfigError for impossible combinations (called before any work)."""
+        """Raise fgx.config.ConfigError for impossible combinations (called before any work); resolve
+        ``null``/``auto`` params here. An algorithm with checks of its own calls this first."""
+        if cls.requires_model is not None:
+            require_model(validated, cls.requires_model[0], why=cls.requires_model[1])
 
     @classmethod
     def messages_for(cls, params) -> dict[str, Message]:

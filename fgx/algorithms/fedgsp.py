@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer, require_model,
+from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer,
                                  mean_loss, round_seed, steps_per_round, train_steps, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -26,9 +26,8 @@ COMB = "comb_weight"
 
 @dataclass
 class FedGSPParams(LocalTrainParams):
-    lr: float = field(default=0.15, metadata=spec(gt=0.0, help="lr1: MLP learning rate"))
-    weight_decay: float = field(default=5e-4, metadata=spec(min=0.0, help="wd1: MLP weight decay"))
-    local_steps: int = field(default=1, metadata=spec(min=1, help="full-batch epochs per round (n_eps)"))
+    # the authors' lr1 = 0.15, wd1 = 5e-4 and n_eps = 1 full-batch epoch per round are
+    # conf/algorithm/fedgsp.yaml's lr, weight_decay and local_steps
     gamma: float = field(default=1.0, metadata=spec(gt=0.0, help="γ: regulariser of the W rows"))
     k_principal: int = field(default=3, metadata=spec(min=1, help="PCA directions per descriptor"))
     alpha: float = field(default=0.25, metadata=spec(min=0.0, help="matrix_alpha: complementing weight"))
@@ -217,6 +216,7 @@ def personalised_average(weights: list[dict], w: torch.Tensor, w_k: torch.Tensor
 
 @ALGORITHMS.register("fedgsp", params=FedGSPParams, tasks=("node",))
 class FedGSP(Algorithm):
+    requires_model = ("unifilter", "FedGSP aggregates UniFilter's per-order combination coefficients")
     messages = {
         "model": Message("up", release=True),
         "spectral_descriptors": Message("up", release=True),
@@ -225,7 +225,7 @@ class FedGSP(Algorithm):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        require_model(validated, "unifilter", why="FedGSP aggregates UniFilter's per-order combination coefficients")
+        super().check_config(params, validated)
         if params.batch_size is not None or params.fanouts:
             raise ConfigError("algorithm.batch_size", params.batch_size, "null (FedGSP trains full batch)")
 

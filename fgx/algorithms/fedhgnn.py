@@ -44,7 +44,7 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, require_model, round_seed
+from fgx.algorithms.base import Algorithm, round_seed
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.recsys.bipartite import client_interactions
@@ -245,20 +245,20 @@ def hgnn_train(cl: HGNNClient, p: FedHGNNParams, seed: int) -> float:
     return loss
 
 
+# what the one message that leaves a client before training carries
+PUBLISHING = ("FedHGNN's publishing: each user's items after the ε1 exponential mechanism over groups and ε2 "
+              "randomised response inside them (local DP), under a random pseudonym")
+
+
 @ALGORITHMS.register("fedhgnn", params=FedHGNNParams, tasks=("ranking",))
 class FedHGNN(Algorithm):
+    requires_model = ("mf", "FedHGNN's embedding tables; model.dim and model.emb_init_std size them")
     messages = {
-        "perturbed_interactions": Message("up", reason=(
-            "FedHGNN's publishing: each user's items after the ε1 exponential mechanism over groups and ε2 "
-            "randomised response inside them (local DP), under a random pseudonym")),
+        "perturbed_interactions": Message("up", reason=PUBLISHING),
         "metapath_graphs": Message("down"),        # U-I-U / I-U-I of the published graph, the client's rows
         "global_model": Message("down"),           # HAN encoders, user and item tables
         "model_update": Message("up"),             # changes of the encoders and of the changed rows
     }
-
-    @classmethod
-    def check_config(cls, params, validated) -> None:
-        require_model(validated, "mf", why="FedHGNN's embedding tables; model.dim and model.emb_init_std size them")
 
     def setup(self) -> None:
         ctx, p, mp = self.ctx, self.params, self.ctx.model_params

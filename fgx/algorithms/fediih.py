@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
-                                 mean_loss, require_model, round_seed, steps_per_round, weight_spread)
+                                 mean_loss, round_seed, steps_per_round, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -165,12 +165,13 @@ def fediih_client_update(state, p: FedIIHParams, round_seed: int):
 
 @ALGORITHMS.register("fediih", params=FedIIHParams, tasks=("node",))
 class FedIIH(Algorithm):
+    requires_model = ("disengcn", "FedIIH aggregates DisenGCN's parameters factor by factor")
     messages = {"weights": Message("up", release=True), "latent_descriptor": Message("up"),
                 "personalised_weights": Message("down"), "global_prior": Message("down")}
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        require_model(validated, "disengcn", why="FedIIH aggregates DisenGCN's parameters factor by factor")
+        super().check_config(params, validated)
         if params.batch_size is not None:
             raise ConfigError("algorithm.batch_size", params.batch_size, "null: FedIIH trains full batch")
 

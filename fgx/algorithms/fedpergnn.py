@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fgx.algorithms.base import Algorithm, require_model, round_seed
+from fgx.algorithms.base import Algorithm, round_seed
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.recsys.bipartite import client_interactions
@@ -202,6 +202,7 @@ def pergnn_train(cl: PerGNNClient, p: FedPerGNNParams, seed: int, num_items_glob
 
 @ALGORITHMS.register("fedpergnn", params=FedPerGNNParams, tasks=("ranking",))
 class FedPerGNN(Algorithm):
+    requires_model = ("gat_ranker", "FedPerGNN's GAT over the expanded graph")
     messages = {
         "expansion_request": Message("up", reason=(
             "FedPerGNN's graph expansion: to the third party, per interaction a keyed item token (key unknown to "
@@ -212,10 +213,6 @@ class FedPerGNN(Algorithm):
         "global_model": Message("down"),
         "item_embeddings": Message("down"),
     }
-
-    @classmethod
-    def check_config(cls, params, validated) -> None:
-        require_model(validated, "gat_ranker", why="FedPerGNN's GAT over the expanded graph")
 
     def setup(self) -> None:
         ctx, p, mp = self.ctx, self.params, self.ctx.model_params

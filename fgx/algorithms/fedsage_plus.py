@@ -44,9 +44,9 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import ClientState, require_model
+from fgx.algorithms.base import ClientState, check_client_size
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
-from fgx.config import ConfigError, spec
+from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.federation.executor import InProcessExecutor
 from fgx.models.base import dropout
@@ -335,24 +335,18 @@ def mended_view(state, full_view, p: FedSagePlusParams, seed: int):
 
 @ALGORITHMS.register("fedsage_plus", params=FedSagePlusParams, tasks=("node",))
 class FedSagePlus(FedAvg):
+    requires_model = ("sage", "FedSage+ trains GraphSAGE classifiers on the mended subgraphs")
     messages = {**FedAvg.messages,
                 "neighgen_weights": Message("up"),      # client i's NeighGen parameters, to be relayed
                 "peer_neighgen": Message("down"),       # ... to every other client j
                 "fgen_gradient": Message("up"),         # j's cross-term gradient w.r.t. fGen_i's parameters
                 "fgen_gradient_sum": Message("down")}   # the sum over j, to client i
 
-    @classmethod
-    def check_config(cls, params, validated) -> None:
-        require_model(validated, "sage", why="FedSage+ trains GraphSAGE classifiers on the mended subgraphs")
-
     def setup(self) -> None:
         p, ctx = self.params, self.ctx
-        big = max(ctx.clients, key=lambda c: c.num_owned)
-        if big.num_owned > p.max_client_nodes:
-            raise ConfigError("algorithm.max_client_nodes", p.max_client_nodes,
-                              f">= {big.num_owned} (client {big.cid}): FedSage+ generates num_pred feature vectors "
-                              f"per node on the fly (a mended graph of up to (1 + num_pred)·n nodes, full-batch "
-                              f"NeighGen, M·(M-1) generator passes per epoch) and does not scale to this data")
+        check_client_size(ctx, p.max_client_nodes, "FedSage+ generates num_pred feature vectors per node on the fly "
+                          "(a mended graph of up to (1 + num_pred)·n nodes, full-batch NeighGen, M·(M-1) generator "
+                          "passes per epoch) and does not scale to this data")
         full = super().make_views(include_cross=False)
         self.mended = self.train_neighgen(full)
         added = [int(v.num_nodes - v.num_owned) for v in self.mended.values()]

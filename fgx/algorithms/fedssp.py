@@ -33,7 +33,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, require_model, round_seed
+from fgx.algorithms.base import Algorithm, round_seed
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.models.lgcn import LGCN, client_degrees
@@ -123,6 +123,7 @@ def shared_encoder(model: SpectralLGCN) -> dict[str, torch.Tensor]:
 
 @ALGORITHMS.register("fedssp", params=FedSSPParams, tasks=("ranking",))
 class FedSSP(Algorithm):
+    requires_model = ("lgcn", "FedSSP's shared knowledge is spectral")
     messages = {
         "spectral_encoder": Message("up"),        # the eigenvalue encoder's weights (generic spectral knowledge)
         "mean_representation": Message("up"),     # the client's running mean pooled representation (D floats)
@@ -133,7 +134,7 @@ class FedSSP(Algorithm):
     @classmethod
     def check_config(cls, params, validated) -> None:
         require_graph_model(validated, "FedSSP")
-        require_model(validated, "lgcn", why="FedSSP's shared knowledge is spectral")
+        super().check_config(params, validated)
 
     def setup(self) -> None:
         p = self.params

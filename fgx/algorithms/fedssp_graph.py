@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams, client_update
-from fgx.algorithms.base import require_model, round_seed
+from fgx.algorithms.base import round_seed
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -55,14 +55,10 @@ def ssp_client_update(state, weights: dict, p: FedSSPGraphParams, seed: int):
 
 @ALGORITHMS.register("fedssp_graph", params=FedSSPGraphParams, tasks=("graph",))
 class FedSSPGraph(FedAvg):
+    requires_model = ("ssp", "FedSSP's spectral model")
     messages = {"global_weights": Message("down"), "update": Message("up", release=True),
                 "consensus": Message("up", release=True), "global_consensus": Message("down")}
     client_fn = staticmethod(ssp_client_update)
-
-    @classmethod
-    def check_config(cls, params, validated) -> None:
-        super().check_config(params, validated)
-        require_model(validated, "ssp", why="FedSSP's spectral model")
 
     def setup(self) -> None:
         from fgx.models.ssp import spectral_cache

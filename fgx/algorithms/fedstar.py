@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import torch
 
-from fgx.algorithms.base import require_model
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
@@ -41,12 +40,8 @@ def structural_encoding(view, n_rw: int, n_dg: int) -> torch.Tensor:
 
 @ALGORITHMS.register("fedstar", params=FedAvgParams, tasks=("graph",))
 class FedStar(FedAvg):
+    requires_model = ("gin_dc", "FedStar's two-channel model")
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
-
-    @classmethod
-    def check_config(cls, params, validated) -> None:
-        super().check_config(params, validated)
-        require_model(validated, "gin_dc", why="FedStar's two-channel model")
 
     def setup(self) -> None:
         super().setup()

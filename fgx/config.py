@@ -283,6 +283,8 @@ def validate(cfg: DictConfig) -> Validated:
         if entry.params is None and len(node) > 1:
             extra = sorted(k for k in node if k != "name")
             raise ConfigError(f"{group}.{extra[0]}", node[extra[0]], f"no parameters for {group} '{node['name']}'")
+    # no privacy budget that misses a message kind (fgx/privacy/base.py), before any other check
+    entries["privacy"].obj.check_coverage(Validated(top, params, names, entries))
     _check_tasks(names, entries)
     if entries["dataset"].meta.get("task") == "graph" and getattr(params["algorithm"], "fanouts", None):
         raise ConfigError("algorithm.fanouts", params["algorithm"].fanouts, "null for the graph task (each step runs "

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from fgx import inference
-from fgx.config import spec
+from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.tasks import SPLITS, class_weights, local_view, split_mask, targets
 
@@ -227,7 +227,6 @@ def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:
     weighted = p.class_weighted if p.class_weighted is not None else task == "edge"
     if getattr(p, "class_weights", None):
         if len(p.class_weights) != ctx.out_dim:
-            from fgx.config import ConfigError
             raise ConfigError("algorithm.class_weights", p.class_weights, f"a list of {ctx.out_dim} weights")
         weight = torch.tensor(p.class_weights, dtype=torch.float, device=ctx.device)
     elif weighted:
@@ -399,33 +398,27 @@ def aggregation_weights(states: list, weighting: str, at_least_one: bool = False
     return weights if sum(weights) > 0 else [1.0] * len(states)
 
 
-def client_models_state(states: list, optimizers: bool = True) -> dict:
-    """Checkpoint of per-client models (and their optimisers): what a personalised method keeps."""
-    out = {"models": [s.model.state_dict() for s in states]}
-    if optimizers:
-        out["optimizers"] = [s.optimizer.state_dict() for s in states]
-    return out
+def client_models_state(states: list) -> dict:
+    """Checkpoint of per-client models and their optimisers: what a personalised method keeps."""
+    return {"models": [s.model.state_dict() for s in states], "optimizers": [s.optimizer.state_dict() for s in states]}
 
 
 def load_client_models(states: list, state: dict) -> None:
-    for i, s in enumerate(states):
-        s.model.load_state_dict(state["models"][i])
-        if "optimizers" in state:
-            s.optimizer.load_state_dict(state["optimizers"][i])
+    for s, m, o in zip(states, state["models"], state["optimizers"]):
+        s.model.load_state_dict(m)
+        s.optimizer.load_state_dict(o)
 
 
 def check_client_size(ctx, limit: int, why: str) -> None:
     """Refuse data whose largest client has more owned nodes than a full-batch method can hold."""
     big = max(ctx.clients, key=lambda c: c.num_owned)
     if big.num_owned > limit:
-        from fgx.config import ConfigError
         raise ConfigError("algorithm.max_client_nodes", limit, f">= {big.num_owned} (client {big.cid}): {why}")
 
 
 def require_model(validated, *names: str, why: str) -> None:
     """Refuse a run whose model is not one of ``names`` (a method built around one model)."""
     if validated.names.get("model") not in names:
-        from fgx.config import ConfigError
         raise ConfigError("model", validated.names.get("model"), f"{' or '.join(names)} ({why})")
 
 

@@ -35,7 +35,6 @@ class DPFedAvg(PrivacyMechanism):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        super().check_config(params, validated)
         algo = validated.names["algorithm"]
         m = validated.entries["algorithm"].obj.messages.get(params.update_kind)
         if m is None or not m.release:

@@ -63,7 +63,6 @@ class MetricDP(PrivacyMechanism):
 
     @classmethod
     def check_config(cls, params, validated) -> None:
-        super().check_config(params, validated)
         msgs = validated.entries["algorithm"].obj.messages
         m = msgs.get(params.embedding_kind)
         if m is None or not m.release:

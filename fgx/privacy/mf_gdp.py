@@ -90,7 +90,6 @@ class MFGDP(PrivacyMechanism):
 
     @classmethod
     def check_config(cls, params: MFGDPParams, validated) -> None:
-        super().check_config(params, validated)
         algo_name = validated.names["algorithm"]
         algo = validated.entries["algorithm"].obj
         if not getattr(algo, "gossip", False):

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import num_train_items, round_seed, steps_per_round
+from fgx.algorithms.base import num_train_items, round_seed, state_delta, steps_per_round
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.representation import check_setting, objective_steps
 from fgx.config import ConfigError, spec
@@ -60,8 +60,7 @@ def feddc_client_update(state, global_weights: dict, received: dict, p: FedDCPar
     gen = torch.Generator().manual_seed(seed + state.cid)
     ce, terms = objective_steps(state, steps, p.batch_size, gen, drift_terms, max_grad_norm=p.max_grad_norm)
     del state.extra["feddc"]
-    new = state.model.state_dict()
-    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in global_weights}
+    delta = state_delta(state.model.state_dict(), global_weights)
     for n in names:
         h[n] += delta[n]
         gi[n] = gi[n] - g[n] / wi - delta[n] / (steps * p.lr)

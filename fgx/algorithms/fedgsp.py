@@ -28,15 +28,17 @@ COMB = "comb_weight"
 class FedGSPParams(LocalTrainParams):
     # the authors' lr1 = 0.15, wd1 = 5e-4 and n_eps = 1 full-batch epoch per round are
     # conf/algorithm/fedgsp.yaml's lr, weight_decay and local_steps
-    gamma: float = field(default=1.0, metadata=spec(gt=0.0, help="γ: regulariser of the W rows"))
+    # comparing the clients' spectral descriptors
     k_principal: int = field(default=3, metadata=spec(min=1, help="PCA directions per descriptor"))
-    alpha: float = field(default=0.25, metadata=spec(min=0.0, help="matrix_alpha: complementing weight"))
-    beta: float = field(default=1.2, metadata=spec(min=0.0, help="matrix_beta: sharing weight"))
     similarity: str = field(default="principal_angle_cos", metadata=spec(
         choices=["principal_angle_cos", "sq_distance"],
         help="code: cosines of greedy principal angles; appendix: squared descriptor distances"))
     angle_mean: str = field(default="one_third", metadata=spec(
         choices=["one_third", "mean"], help="factor on the summed angles: the code's 1/3, or 1/k_principal"))
+    # learning the collaboration graphs W
+    gamma: float = field(default=1.0, metadata=spec(gt=0.0, help="γ: regulariser of the W rows"))
+    alpha: float = field(default=0.25, metadata=spec(min=0.0, help="matrix_alpha: complementing weight"))
+    beta: float = field(default=1.2, metadata=spec(min=0.0, help="matrix_beta: sharing weight"))
     w_solver: str = field(default="newton_one_step_warm", metadata=spec(
         choices=["newton_one_step_warm", "converge", "projection"],
         help="one warm-started Newton step per round (code), Newton to convergence, sort-based projection"))

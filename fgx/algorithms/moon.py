@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, round_seed, steps_per_round
+from fgx.algorithms.base import flat_params, round_seed, state_delta, steps_per_round
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.representation import check_setting, objective_steps, split_forward
 from fgx.config import spec
@@ -61,8 +61,7 @@ def moon_client_update(state, global_weights: dict, p: MoonParams, seed: int):
     for k in ("z_prev", "z_glob"):
         del state.extra[k]
     state.extra["prev_weights"] = flat_params(state.model)
-    new = state.model.state_dict()
-    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in global_weights}
+    delta = state_delta(state.model.state_dict(), global_weights)
     return delta, ce, con
 
 

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import round_seed, steps_per_round
+from fgx.algorithms.base import round_seed, state_delta, steps_per_round
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.representation import check_setting, objective_steps
 from fgx.config import spec
@@ -44,8 +44,7 @@ def scaffold_client_update(state, global_weights: dict, c: dict, p: ScaffoldPara
     steps = steps_per_round(state, p)
     g = torch.Generator().manual_seed(seed + state.cid)
     loss, _ = objective_steps(state, steps, p.batch_size, g, before_step=correct_gradients)
-    new = state.model.state_dict()
-    delta = {k: (new[k] - global_weights[k]) if new[k].is_floating_point() else new[k].clone() for k in global_weights}
+    delta = state_delta(state.model.state_dict(), global_weights)
     # option II: c_i+ = c_i - c + (x - y_i) / (K lr)
     ci_new = {k: ci[k] - c[k] - delta[k] / (steps * p.lr) for k in c}
     dc = {k: ci_new[k] - ci[k] for k in c}

@@ -164,15 +164,11 @@ def forward(model, view, task: str, ids: torch.Tensor, chunk_edges: int | None, 
 def use_layerwise(ctx, model, subset: int | None) -> bool:
     """``eval.inference``: auto takes the layer-wise path for complete evaluations (no ``subset``) of a
     model that supports it; ``layerwise`` / ``sampled`` force one path (layerwise still needs the model)."""
-    from omegaconf import OmegaConf
-
-    mode = OmegaConf.select(ctx.cfg, "eval.inference", default="auto") if ctx.cfg is not None else "auto"
+    mode = ctx.config.top.eval.inference if ctx.config is not None else "auto"
     if mode == "sampled" or not supports(model):
         return False
     return mode == "layerwise" or subset is None
 
 
 def chunk_edges(ctx) -> int:
-    from omegaconf import OmegaConf
-
-    return int(OmegaConf.select(ctx.cfg, "eval.chunk_edges", default=1 << 20)) if ctx.cfg is not None else 1 << 20
+    return ctx.config.top.eval.chunk_edges if ctx.config is not None else 1 << 20

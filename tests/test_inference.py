@@ -137,9 +137,9 @@ def test_ce_fedgnn_layerwise_scores_equal_its_full_neighbourhood_sampled_scores(
     run_fgx(*CE, aml_data, "algorithm.fanouts=[-1,-1]", "eval.chunk_edges=300")
     algo = holder["algo"]
     for client in algo.ctx.clients:
-        algo.ctx.cfg.eval.inference = "sampled"
+        algo.ctx.config.top.eval.inference = "sampled"
         ref = algo.predict(client, batch_size=10 ** 9)
-        algo.ctx.cfg.eval.inference = "layerwise"
+        algo.ctx.config.top.eval.inference = "layerwise"
         got = algo.predict(client)
         for split in ref:
             assert torch.equal(got[split][1], ref[split][1])

@@ -58,7 +58,7 @@ def _check_resolves(cmd: DocCommand, runs_dir: Path, data_dir: Path) -> str | No
         return f"unknown option(s) {bad} for `fgx {' '.join(cmd.argv[:len(cmd.argv) - len(rest)])}`" if bad else None
     argv = plan_run(cmd, runs_dir=runs_dir, data_dir=data_dir, rounds=None).argv
     if cmd.subcommand == "run":
-        from fgx.cli import _overrides_of
+        from fgx.launch import _overrides_of
 
         overrides = _overrides_of(argv[1:])
         missing = missing_hydra_plugin(overrides)

@@ -77,3 +77,18 @@ def test_each_clients_evaluation_items_are_found_once_per_run(run_fgx, tiny_cfg,
                         calls.append((cid, tuple(splits), subset)) or real(view, task, splits, subset, seed, cid))
     run_fgx(*tiny_cfg, "rounds=3", "eval_every=1")
     assert calls and len(calls) == len(set(calls)), calls
+
+
+@pytest.mark.parametrize("algorithm", ["fedgta", "fediih"])
+def test_local_scores_the_uploaded_weights_where_the_server_personalises_at_round_end(run_fgx, tiny_cfg,
+                                                                                        monkeypatch, algorithm):
+    """FedGTA and FedIIH replace each client's model with personalised weights at the end of a round: its
+    model after the local step (what the FedGSP protocol scores) is the upload, kept for scoring."""
+    from fgx.algorithms.base import UploadedLocalModels
+
+    cfg = [*tiny_cfg, f"algorithm={algorithm}", "rounds=2"]
+    g = summary(run_fgx(*cfg, "eval_model=global"))
+    loc = summary(run_fgx(*cfg, "eval_model=local"))
+    assert g["per_client"] != loc["per_client"]
+    monkeypatch.setattr(UploadedLocalModels, "keep_uploads", lambda self, weights: None)   # uploads not kept
+    assert summary(run_fgx(*cfg, "eval_model=local"))["per_client"] == g["per_client"]

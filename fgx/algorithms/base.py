@@ -424,3 +424,22 @@ def require_model(validated, *names: str, why: str) -> None:
 
 def copy_model(model: nn.Module) -> nn.Module:
     return copy.deepcopy(model)
+
+
+class UploadedLocalModels:
+    """``eval_model=local`` for methods whose server replaces each client's model with personalised
+    weights at the end of a round (FedGTA, FedIIH): the client's model as its local step left it is
+    the weights it uploaded, kept (``keep_uploads``) and loaded into a scratch copy when scored."""
+    has_local_models = True
+
+    def keep_uploads(self, weights: list[dict[str, torch.Tensor]]) -> None:
+        self._uploads = weights
+
+    def local_model_for(self, client) -> nn.Module:
+        uploads = getattr(self, "_uploads", None)
+        if uploads is None:                      # before the first round (or right after a resume)
+            return self.model_for(client)
+        model = self.model_for(client)
+        scratch = self.__dict__.setdefault("_scratch", {}).setdefault(client.cid, copy_model(model))
+        scratch.load_state_dict({k: v for k, v in uploads[client.cid].items() if k in model.state_dict()})
+        return scratch

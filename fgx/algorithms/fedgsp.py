@@ -305,6 +305,11 @@ class FedGSP(Algorithm):
     def model_for(self, client):
         return self.states[client.cid].model
 
+    # the personalised weights are applied at the start of the next round (``pending``): between rounds
+    # each client's model is the one its local step left, the model FedGSP's protocol scores
+    has_local_models = True
+    local_model_for = model_for
+
     def state_dict(self) -> dict:
         return {"models": [s.model.state_dict() for s in self.states],
                 "optimizers": [s.optimizer.state_dict() for s in self.states],

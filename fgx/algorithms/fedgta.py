@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, client_models_state, copy_model, flat_params,
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, UploadedLocalModels, client_models_state, copy_model, flat_params,
                                  load_client_models, make_client_state, mean_loss, personalised_average, round_seed,
                                  steps_per_round, train_steps, weight_spread)
 from fgx.config import ConfigError, spec
@@ -115,7 +115,7 @@ def aggregation_weights(moment_vectors: torch.Tensor, confidence: torch.Tensor, 
 
 
 @ALGORITHMS.register("fedgta", params=FedGTAParams, tasks=("node",))
-class FedGTA(Algorithm):
+class FedGTA(UploadedLocalModels, Algorithm):
     messages = {"personalised_weights": Message("down"), "weights": Message("up", release=True),
                 "lp_moments": Message("up"), "smoothing_confidence": Message("up")}
 
@@ -135,6 +135,7 @@ class FedGTA(Algorithm):
         p, ch = self.params, self.ctx.channel
         results = self.ctx.executor.map(fedgta_client_update, self.states, p, round_seed(self.ctx.seed, r))
         thetas = [ch.send("weights", w, src=s.cid, dst="server", round=r) for s, (w, *_) in zip(self.states, results)]
+        self.keep_uploads([w for w, *_ in results])     # the clients' own weights, as their local step left them
         m = torch.stack([ch.send("lp_moments", x, src=s.cid, dst="server", round=r)
                          for s, (_, x, _, _) in zip(self.states, results)])
         conf = torch.cat([ch.send("smoothing_confidence", c, src=s.cid, dst="server", round=r)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, copy_model, flat_params, make_client_state,
+from fgx.algorithms.base import (Algorithm, LocalTrainParams, UploadedLocalModels, copy_model, flat_params, make_client_state,
                                  mean_loss, round_seed, steps_per_round, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
@@ -164,7 +164,7 @@ def fediih_client_update(state, p: FedIIHParams, round_seed: int):
 
 
 @ALGORITHMS.register("fediih", params=FedIIHParams, tasks=("node",))
-class FedIIH(Algorithm):
+class FedIIH(UploadedLocalModels, Algorithm):
     requires_model = ("disengcn", "FedIIH aggregates DisenGCN's parameters factor by factor")
     messages = {"weights": Message("up", release=True), "latent_descriptor": Message("up"),
                 "personalised_weights": Message("down"), "global_prior": Message("down")}
@@ -194,6 +194,7 @@ class FedIIH(Algorithm):
         p, ch = self.params, self.ctx.channel
         results = self.ctx.executor.map(fediih_client_update, self.states, p, round_seed(self.ctx.seed, r))
         thetas = [ch.send("weights", w, src=s.cid, dst="server", round=r) for s, (w, *_) in zip(self.states, results)]
+        self.keep_uploads([w for w, *_ in results])     # the clients' own weights, as their local step left them
         desc = [ch.send("latent_descriptor", {"mean": m, "logvar": lv}, src=s.cid, dst="server", round=r)
                 for s, (_, m, lv, _) in zip(self.states, results)]
         means = torch.stack([d["mean"] for d in desc])

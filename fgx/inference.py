@@ -88,16 +88,21 @@ def run_layer(model, i: int, h: torch.Tensor, e: torch.Tensor | None, edge_index
             return e if pos is None else e[pos]
         return e[keep] if pos is None else e[keep[pos]]
 
+    from fgx.progress import tick
+
+    label = f"layer-wise evaluation, layer {i + 1}"
+    n_edge_chunks = 0 if not split or e is None else \
+        -(-(edge_index.size(1) if update is None else update.numel()) // (chunk_edges or 1 << 62))
+    n_chunks = len(chunks.bounds) + n_edge_chunks
+    tick(label, 0, n_chunks)
     if len(chunks.bounds) == 1:
         es = edge_rows(None)
         pre = model.layer_nodes(i, h, es, ei_all) if split else model.layer(i, h, es, ei_all)[0]
     else:
-        from fgx.progress import tick
-
         parts = []
         local = torch.empty(h.size(0), dtype=torch.long, device=h.device)
         for c, (lo, hi, a, b) in enumerate(chunks.bounds):
-            tick(f"layer-wise evaluation, layer {i + 1}", c + 1, len(chunks.bounds))
+            tick(label, c, n_chunks)
             pos = chunks.order[a:b]
             src, dst = ei_all[0, pos], ei_all[1, pos]
             # the chunk's rows first, then its sources outside it, renumbered by one lookup table
@@ -113,8 +118,9 @@ def run_layer(model, i: int, h: torch.Tensor, e: torch.Tensor | None, edge_index
     if torch.is_grad_enabled():
         e = e.clone()
     total = edge_index.size(1) if update is None else update.numel()
-    step = total if chunk_edges is None else max(1, chunk_edges)
-    for a in range(0, total, step):
+    step = max(1, total if chunk_edges is None else chunk_edges)
+    for c, a in enumerate(range(0, total, step)):
+        tick(label, len(chunks.bounds) + c, n_chunks)
         sel = torch.arange(a, min(a + step, total), device=e.device) if update is None else update[a:a + step]
         e[sel] = model.layer_edges(i, pre, e[sel], edge_index[:, sel])
     return pre, e

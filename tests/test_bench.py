@@ -60,4 +60,5 @@ def test_bench_peers_partition_is_the_one_fgx_trains_on(data_root, run_fgx, tmp_
     assert [c["test"] for c in part["clients"]] == written["test_nodes"]
     s = json.loads((d / "summary.json").read_text())
     assert s["eval_model"] == "local" and s["components"]["partitioner"] == "file"
-    assert s["startup_s"] is None or 0 < s["startup_s"] < 600
+    # a time, measured from the process start: no bound (a busy machine makes it anything; issue #42)
+    assert s["startup_s"] is None or s["startup_s"] > 0

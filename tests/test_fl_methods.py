@@ -294,8 +294,13 @@ def test_settings_without_a_readable_representation_are_refused_before_work(over
 
 
 @pytest.mark.parametrize("algo", ["scaffold", "moon", "fedproto", "fedtgp", "feddc"])
-def test_each_method_runs_graph_classification(algo, run_fgx):
-    run = run_fgx("dataset=graph_synth", "dataset.num_graphs=60", "dataset.num_features=8", "partitioner=random",
-                  "partitioner.num_clients=3", "model=gin_graph", "model.hidden=8", "model.layers=2",
-                  f"algorithm={algo}", "rounds=2", "eval_every=2", "output.checkpoint=false")
-    assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+def test_each_method_learns_graph_classification(algo, run_fgx):
+    """The generated collection's label is in the graphs' density (tests/test_graph_task.py). SCAFFOLD's and
+    FedDC's SGD at their node default (lr 0.5) diverges on GIN with add pooling: lr 0.01 here (docs/baselines.md)."""
+    lr = ["algorithm.lr=0.01"] if algo in ("scaffold", "feddc") else []
+    run = run_fgx("dataset=graph_synth", "dataset.num_graphs=160", "dataset.num_features=1", "model=gin_graph",
+                  "model.layers=2", "model.dropout=0.0", f"algorithm={algo}", *lr, "rounds=8", "eval_every=8",
+                  "output.checkpoint=false")
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "completed" and s["data"]["task"] == "graph"
+    assert s["final"]["accuracy"] > s["data"]["test_majority_rate"] + 0.05, (s["final"], s["data"]["test_majority_rate"])

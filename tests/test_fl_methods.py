@@ -280,7 +280,7 @@ def test_scaffold_control_updates_declared_public_are_listed_as_not_covered(run_
     assert cov["epsilon_covers"] == ["update"] and cov["public_by_config"] == ["control_update"]
 
 
-@pytest.mark.parametrize("override,needle", [("model=gamlp", "model.name='gamlp'"),
+@pytest.mark.parametrize("override,needle", [("model=gamlp", "model='gamlp'"),
                                              ("model.classifier=none", "model.classifier='none'"),
                                              ("algorithm.fanouts=[5,5]", "algorithm.fanouts")])
 def test_settings_without_a_readable_representation_are_refused_before_work(override, needle, tmp_path, monkeypatch):

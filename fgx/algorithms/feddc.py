@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import num_train_items, round_seed, state_delta, steps_per_round
+from fgx.algorithms.base import mean_loss, num_train_items, round_seed, state_delta, steps_per_round
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.representation import check_setting, objective_steps
 from fgx.config import ConfigError, spec
@@ -116,10 +116,9 @@ class FedDC(FedAvg):
         sd = self.global_model.state_dict()
         self.global_model.load_state_dict({k: (sd[k] + mean[k] + drift.get(k, 0.0)) if sd[k].is_floating_point()
                                            else mean[k] for k in mean}, strict=False)
-        ces = [ce for _, ce, _ in results if ce == ce]
         norm = lambda t: sum(float(v.double().pow(2).sum()) for v in t.values()) ** 0.5   # noqa: E731
         # diagnostic: how far the mean drift moves the global model beside the mean update
-        return {"loss": sum(ces) / len(ces) if ces else float("nan"),
+        return {"loss": mean_loss(ce for _, ce, _ in results),
                 "drift_to_update": norm(drift) / max(norm({k: mean[k] for k in self.names}), 1e-30)}
 
     def state_dict(self) -> dict:

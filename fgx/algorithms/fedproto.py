@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import (SPLITS, Algorithm, LocalTrainParams, eval_items, make_client_state, round_seed,
-                                 steps_per_round)
+from fgx.algorithms.base import (SPLITS, Algorithm, LocalTrainParams, client_models_state, eval_items,
+                                 load_client_models, make_client_state, mean_loss, round_seed, steps_per_round)
 from fgx.algorithms.representation import check_setting, class_prototypes, objective_steps, split_forward
 from fgx.config import spec
 from fgx.federation.channel import Message
@@ -119,13 +119,11 @@ class FedProto(Algorithm):
                                         round_seed(self.ctx.seed, r), C)
         uploads = [ch.send("prototypes", u, src=s.cid, dst="server", round=r) for s, (u, _, _) in zip(self.states, results)]
         self.global_protos, stats = self.aggregate(uploads, r)
-        ces = [ce for _, ce, _ in results if ce == ce]
-        regs = [reg for _, ce, reg in results if ce == ce]
-        loss = sum(ces) / len(ces) if ces else float("nan")
+        loss = mean_loss(ce for _, ce, _ in results)
         stats["loss"] = loss
-        if gp is not None and ces:
+        if gp is not None and loss == loss:
             # the prototype term against the cross-entropy, mean over clients (0 with λ = 0: local training)
-            stats["regulariser_share"] = (sum(regs) / len(regs)) / max(abs(loss), 1e-30)
+            stats["regulariser_share"] = mean_loss(reg for _, _, reg in results) / max(abs(loss), 1e-30)
         return stats
 
     def model_for(self, client):
@@ -149,12 +147,8 @@ class FedProto(Algorithm):
         return {split: (scores[ids].cpu(), y.cpu()) for split, (ids, y) in items.items()}
 
     def state_dict(self) -> dict:
-        return {"models": [s.model.state_dict() for s in self.states],
-                "optimizers": [s.optimizer.state_dict() for s in self.states],
-                "global_protos": self.global_protos}
+        return {**client_models_state(self.states), "global_protos": self.global_protos}
 
     def load_state_dict(self, state: dict) -> None:
-        for s, m, o in zip(self.states, state["models"], state["optimizers"]):
-            s.model.load_state_dict(m)
-            s.optimizer.load_state_dict(o)
+        load_client_models(self.states, state)
         self.global_protos = state["global_protos"]

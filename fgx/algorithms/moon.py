@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, round_seed, state_delta, steps_per_round
+from fgx.algorithms.base import flat_params, mean_loss, round_seed, state_delta, steps_per_round
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.representation import check_setting, objective_steps, split_forward
 from fgx.config import spec
@@ -83,10 +83,10 @@ class Moon(FedAvg):
         gw = self.ctx.channel.broadcast("global_weights", self.shared_weights(), [s.cid for s in chosen], r)
         results = self.ctx.executor.map(moon_client_update, chosen, gw, self.params, round_seed(self.ctx.seed, r))
         loss = self.apply_updates(chosen, [(d, ce) for d, ce, _ in results], r)
-        con = [c for _, _, c in results if c == c]
+        con = mean_loss(c for _, _, c in results)
         stats = {"loss": loss}
-        if con and loss == loss:
-            stats["contrastive_loss"] = sum(con) / len(con)
+        if con == con and loss == loss:
+            stats["contrastive_loss"] = con
             stats["regulariser_share"] = stats["contrastive_loss"] / max(abs(loss), 1e-30)
         return stats
 

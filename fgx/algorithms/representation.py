@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from fgx.algorithms.base import require_model
 from fgx.config import ConfigError
 from fgx.models.base import NodeGNN, dropout
 from fgx.models.graph_pool import GraphGNN
@@ -27,10 +28,8 @@ def check_setting(params, validated, algo: str) -> None:
     that outputs the logits itself has no representation separate from them)."""
     if getattr(params, "fanouts", None):
         raise ConfigError("algorithm.fanouts", params.fanouts, f"null with algorithm={algo} (whole client graphs)")
-    name = validated.names.get("model")
-    if name not in MODELS_WITH_REPRESENTATION:
-        raise ConfigError("model.name", name, f"one of {list(MODELS_WITH_REPRESENTATION)} with algorithm={algo} "
-                                              "(it needs the representation under a linear classifier)")
+    require_model(validated, *MODELS_WITH_REPRESENTATION,
+                  why=f"algorithm={algo} needs the representation under a linear classifier")
     model = validated.params.get("model")
     if getattr(model, "classifier", "linear") != "linear":
         raise ConfigError("model.classifier", model.classifier,

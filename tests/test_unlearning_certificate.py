@@ -55,7 +55,7 @@ def test_generated_graph_200_requests_never_outside_the_certificate():
     budget = 0.02
     proc = processor(server, budget=budget, **{"report.bounds": True})
     rng = np.random.default_rng(1)
-    rows = []
+    rows, draws = [], server.noise_draws
     for i in range(200):
         row = proc.process({0: server.parties[0].prop.sample_edges(1, rng)}, evaluate=False)
         rows.append(row)
@@ -64,6 +64,8 @@ def test_generated_graph_200_requests_never_outside_the_certificate():
         assert row["true_norm"] <= row["bound"]
     check_rows(rows, budget)
     assert max(r["rounding_term"] for r in rows) > 0
+    # each retraining draws a fresh b (a model trained on D' has its own noise), never the released models' b
+    assert server.noise_draws == draws + sum(r["action"] == "retrain" for r in rows)
 
 
 def test_cora_220_requests_never_outside_the_certificate(run_fgx, data_root):

@@ -75,7 +75,11 @@ def run_layer(model, i: int, h: torch.Tensor, e: torch.Tensor | None, edge_index
     """Layer ``i`` of ``model`` over the whole graph, in chunks: (new node rows, edge features). Nodes
     aggregate the edges ``keep`` (None: all); the features of the edges ``update`` (None: all) are
     updated, the others kept (edge models; in place when no gradient is recorded)."""
-    ei_all = edge_index if keep is None else edge_index[:, keep.to(edge_index.device)]
+    if keep is not None:
+        keep = keep.to(edge_index.device)     # the sampler draws its ids on the CPU; the view may be on a GPU
+    if update is not None:
+        update = update.to(edge_index.device)
+    ei_all = edge_index if keep is None else edge_index[:, keep]
     whole = not chunkable(model) or chunk_edges is None
     chunks = Chunks(ei_all, h.size(0), None if whole else chunk_edges)
     model = getattr(model, "inner", model)    # a wrapper (fgx.algorithms.halo) runs its inner model's layers

@@ -65,7 +65,7 @@ def build(args):
                   model_params=v.params["model"], model_builder=v.entries["model"].obj,
                   channel=Channel(algo_cls.messages, privacy=privacy, features_public=ds.info.features_public),
                   executor=v.entries["executor"].obj(v.params["executor"]), privacy=privacy,
-                  device=torch.device("cpu"), seed=args.seed, log=log, global_data=ds.data)
+                  device=torch.device(args.device), seed=args.seed, log=log, global_data=ds.data)
     privacy.bind(ctx)
     algo = algo_cls(ctx)
     algo.setup()
@@ -100,7 +100,7 @@ def BareEdgeGNN(kind: str, in_node: int, in_edge: int, hidden: int, layers: int,
                                       nn.Dropout(0.1), nn.Linear(25, 2))
 
         def forward(self, x, edge_index, edge_attr, k):
-            ego = torch.zeros(x.size(0), 1)
+            ego = torch.zeros(x.size(0), 1, device=x.device)
             ego[edge_index[:, :k].reshape(-1)] = 1.0            # the seed edges' endpoints
             x = self.node_emb(torch.cat([x, ego], 1))
             e = self.edge_emb(edge_attr)
@@ -129,6 +129,8 @@ def main() -> int:
                          "subgraph nears the whole client graph, so large batches amortise it")
     ap.add_argument("--no-eval", action="store_true", help="skip the complete evaluation")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda: both steps and the evaluation run there "
+                    "(the neighbour sampler indexes on the CPU, as in fgx runs)")
     ap.add_argument("overrides", nargs="*", help="further fgx overrides")
     args = ap.parse_args()
 
@@ -141,12 +143,20 @@ def main() -> int:
     from fgx.tasks import targets
 
     ds, algo, v, load_s = build(args)
+    dev = torch.device(args.device)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize()
+
     p = algo.params
     c = algo.clients[args.client]
     info = {"dataset": args.dataset, "scale": args.scale, "nodes": int(ds.data.num_nodes),
             "edges": int(ds.data.edge_index.size(1)), "clients": len(algo.clients), "model": args.model,
             "batch_size": args.batch_size, "fanouts": args.fanouts, "client_edges": int(c.view.edge_index.size(1)),
-            "load_s": round(load_s, 1), "torch_threads": torch.get_num_threads()}
+            "load_s": round(load_s, 1), "torch_threads": torch.get_num_threads(), "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else None,
+            "torch": torch.__version__}
     print(json.dumps({"setup": info}), flush=True)
 
     # one fgx step = local_round with K = 1 (its per-round bookkeeping included, upload excluded)
@@ -157,26 +167,29 @@ def main() -> int:
     ce._upload = lambda c, gs, share: ({}, {}, [])
 
     def fgx_step(seed: int) -> float:
+        sync()
         t = time.perf_counter()
         ce.local_round(c, p, state, G, seed, algo.share, False)
+        sync()
         return time.perf_counter() - t
 
     # the bare step: a network of the same shape written with PyG's layers, on the subgraph the fgx step
     # sampled (same generator draws)
     torch.manual_seed(args.seed)
     bare = BareEdgeGNN(args.model, c.view.x.size(1), c.view.edge_attr.size(1), c.model.bns[0].num_features,
-                       c.model.num_layers, ds.info.extra.get("in_degree_histogram"))
+                       c.model.num_layers, ds.info.extra.get("in_degree_histogram")).to(dev)
     opt = torch.optim.SGD(bare.parameters(), lr=p.lr)
     mask, _ = targets(c.view, c.task, "train")
     train_ids = mask.nonzero().view(-1)
 
     def subgraph(seed: int):
         g = torch.Generator().manual_seed(seed + c.cid)
-        pick = torch.randperm(train_ids.numel(), generator=g)[:p.batch_size]
-        smp = c.sampler.sample_edges(train_ids[pick], g)
-        return sample_view(c.view, smp), smp.num_seed_edges
+        pick = torch.randperm(train_ids.numel(), generator=g)[:p.batch_size].to(train_ids.device)
+        smp = c.sampler.sample_edges(train_ids[pick].cpu(), g)
+        return sample_view(c.view, smp).to(dev), smp.num_seed_edges
 
     def bare_step(sub, k) -> float:
+        sync()
         t = time.perf_counter()
         bare.train()
         out = bare(sub.x, sub.edge_index, sub.edge_attr, k)
@@ -184,24 +197,33 @@ def main() -> int:
         opt.zero_grad()
         loss.backward()
         opt.step()
+        sync()
         return time.perf_counter() - t
 
-    fgx_t, bare_t, sizes = [], [], []
+    fgx_t, bare_t, sample_t, sizes = [], [], [], []
     for step in range(args.steps + 1):
         seed = round_seed(args.seed, 1) + 7919 * step
-        sub, k = subgraph(seed)
+        sync()
+        ts = time.perf_counter()
+        sub, k = subgraph(seed)          # the sampling fgx's step also does (CPU sampler, moved to the device)
+        sync()
+        s_t = time.perf_counter() - ts
         a = fgx_step(seed)
         b = bare_step(sub, k)
         if step > 0:            # step 0 warms up both
             fgx_t.append(a)
             bare_t.append(b)
+            sample_t.append(s_t)
             sizes.append((int(sub.num_nodes), int(sub.edge_index.size(1))))
-        print(json.dumps({"step": step, "fgx_s": round(a, 4), "bare_s": round(b, 4), "subgraph_nodes": sub.num_nodes,
+        print(json.dumps({"step": step, "fgx_s": round(a, 4), "bare_s": round(b, 4), "sample_s": round(s_t, 4), "subgraph_nodes": sub.num_nodes,
                           "subgraph_edges": int(sub.edge_index.size(1))}), flush=True)
     ce._upload = upload
     res = {"step_fgx_s": statistics.median(fgx_t), "step_bare_s": statistics.median(bare_t),
            "subgraph_edges_median": statistics.median(e for _, e in sizes)}
     res["step_ratio"] = res["step_fgx_s"] / res["step_bare_s"]
+    # the bare step starts from a sampled subgraph; fgx's step samples its own: the ratio without sampling
+    res["sample_s"] = statistics.median(sample_t)
+    res["step_ratio_without_sampling"] = (res["step_fgx_s"] - res["sample_s"]) / res["step_bare_s"]
 
     if not args.no_eval:
         t = time.perf_counter()
@@ -209,11 +231,12 @@ def main() -> int:
         for client in algo.ctx.clients:
             tb = time.perf_counter()
             out = algo.predict(client, splits=("val", "test"), batch_size=args.eval_batch_size)
+            sync()
             per_bank.append(round(time.perf_counter() - tb, 2))
             n_items += sum(int(y.numel()) for _, y in out.values())
         res["eval_s"] = time.perf_counter() - t
         res["eval_s_per_bank"] = per_bank
-        res["eval_inference"] = str(algo.ctx.cfg.eval.inference)
+        res["eval_inference"] = str(algo.ctx.config.top.eval.inference)
         res["eval_items"] = n_items
     else:
         res["eval_s"] = None

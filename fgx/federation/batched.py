@@ -1,0 +1,363 @@
+"""``executor=batched``: the clients' local steps as one batched computation instead of a loop.
+
+For algorithms whose local step is the same model on different data (FedAvg, FedProx, FedPer, Local)
+with the GCN or GraphSAGE backbone, a round's clients become one block-diagonal graph: client i's
+nodes are rows [i·n, i·n + n_i) of a padded node table (n: the largest client), its edges keep to its
+block, and its parameters are row i of stacked per-client copies ([C, ...] tensors). A layer is one
+sparse product over the block-diagonal adjacency and one ``bmm`` with the stacked weights, so each
+local step of all clients costs one graph of their total size, not C small ones.
+
+Each client's update stays its own. The loss is the sum of the clients' own mean losses, whose
+gradient is block-separable: one backward pass gives row i exactly client i's gradient. The optimiser
+keeps per-client state (Adam's moments and step count per row; read from and written back to each
+client's own optimiser), dropout masks come from each client's own seeded generator in the order its
+own loop would draw them, and mini-batches from its own ``round_seed + cid`` generator. So the
+per-client models, optimiser states, updates and losses equal the per-client loop's (to float
+rounding: tests/test_client_batching.py). Messages are unchanged: every client's update still goes
+up the channel on its own (one upload per client, same kinds), so every privacy mechanism sees
+per-client updates as before.
+
+``client_batching: auto`` batches the calls it can and runs any other as executor=local does (a
+sampled step: ``algorithm.fanouts``; another model or algorithm); ``on`` refuses those before work
+starts. The per-client loop (``executor=local``) stays the reference."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from fgx.config import ConfigError, spec
+from fgx.federation.executor import InProcessExecutor
+from fgx.registry import EXECUTORS
+
+ALGORITHMS = ("fedavg", "fedprox", "fedper", "local")
+MODELS = ("gcn", "sage")
+
+
+@dataclass
+class BatchedParams:
+    client_batching: str = field(default="auto", metadata=spec(
+        choices=["auto", "on"], help="auto: batch the clients' local steps where the algorithm and model allow "
+                                     "it, else one client after another; on: refuse a run that cannot be batched"))
+
+
+def config_refusal(v) -> str | None:
+    """Why a validated config cannot run batched (None: it can)."""
+    if v.names["algorithm"] not in ALGORITHMS:
+        return f"algorithm '{v.names['algorithm']}' is not one of {list(ALGORITHMS)}"
+    if v.names["model"] not in MODELS:
+        return f"model '{v.names['model']}' is not one of {list(MODELS)}"
+    if getattr(v.params["algorithm"], "fanouts", None):
+        return "algorithm.fanouts samples a subgraph per client and step; the batched step runs whole client graphs"
+    return None
+
+
+@EXECUTORS.register("batched", params=BatchedParams)
+class BatchedExecutor(InProcessExecutor):
+    """executor=local's loop, with the calls of the client functions in ``FORMS`` batched."""
+
+    @classmethod
+    def check_config(cls, params: BatchedParams, validated) -> None:
+        why = config_refusal(validated) if params.client_batching == "on" else None
+        if why is not None:
+            raise ConfigError("executor.client_batching", "on", f"'auto' or executor=local ({why})")
+
+    def map(self, fn, items: list, *args):
+        form = FORMS.get(f"{fn.__module__}.{fn.__qualname__}")
+        why = f"{fn.__qualname__} has no batched form" if form is None else refusal(items, args[-2])
+        if why is None:
+            return form(items, self.client_seeds(items), *args)
+        if self.params.client_batching == "on":
+            raise RuntimeError(f"executor.client_batching=on, but this call cannot be batched: {why}")
+        return super().map(fn, items, *args)
+
+
+def refusal(states: list, p) -> str | None:
+    """Why these client states cannot train batched (None: they can)."""
+    from fgx.models.gcn import GCN
+    from fgx.models.sage import SAGE
+
+    if getattr(p, "fanouts", None):
+        return "sampled steps (algorithm.fanouts)"
+    for s in states:
+        if type(s.model) not in (GCN, SAGE) or s.task != "node":
+            return f"client {s.cid}'s model is a {type(s.model).__name__} on the {s.task} task (GCN/SAGE node models only)"
+        if isinstance(s.model, SAGE) and any(c.aggr != "mean" or not c.root_weight or c.normalize or c.project
+                                             for c in s.model.convs):
+            return "a SAGEConv other than mean aggregation with a root weight"
+        groups = s.optimizer.param_groups
+        if len(groups) != 1 or type(s.optimizer) not in (torch.optim.Adam, torch.optim.SGD):
+            return "an optimiser other than make_optimizer's Adam or SGD over one parameter group"
+        g = groups[0]
+        if g.get("amsgrad") or g.get("maximize") or g.get("decoupled_weight_decay") or g.get("momentum", 0) \
+                or g.get("nesterov"):
+            return "optimiser options beyond lr and weight decay"
+        if s.extra.get("extra_loss") not in (None, _prox_marker()):
+            return "an extra loss term other than FedProx's"
+    return None
+
+
+def _prox_marker():
+    from fgx.algorithms.fedprox import proximal_term
+    return proximal_term
+
+
+# -- the block-diagonal batch ---------------------------------------------------------------------
+
+class Block:
+    """C client views as one padded, block-diagonal graph: client i owns rows [i·n, i·n + n_i)."""
+
+    def __init__(self, views: list, device):
+        from fgx.tasks import targets
+
+        sizes = [int(v.num_nodes) for v in views]
+        self.C, self.n, self.sizes = len(views), max(sizes), sizes
+        starts = [i * self.n for i in range(self.C)]
+        real = torch.cat([torch.arange(s, s + k) for s, k in zip(starts, sizes)])
+        self.x = torch.zeros(self.C * self.n, views[0].x.size(1), dtype=views[0].x.dtype, device=device)
+        self.x[real.to(device)] = torch.cat([v.x for v in views]).to(device)
+        self.edge_index = torch.cat([v.edge_index.to(device) + s for v, s in zip(views, starts)], 1)
+        self.y = torch.zeros(self.C * self.n, dtype=torch.long, device=device)
+        self.y[real.to(device)] = torch.cat([v.y for v in views]).to(device)
+        # each client's training rows in the order its own loss sees them (out[mask]: ascending node index)
+        self.train_rows = [targets(v, "node", "train")[0].nonzero().view(-1).to(device) + s
+                           for v, s in zip(views, starts)]
+
+    def bmm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+        """Row block i of h times client i's ``weight[i]``ᵀ (F.linear per client)."""
+        return torch.bmm(h.view(self.C, self.n, -1), weight.transpose(1, 2)).reshape(self.C * self.n, -1)
+
+    def add_bias(self, h: torch.Tensor, bias: torch.Tensor) -> torch.Tensor:
+        return (h.view(self.C, self.n, -1) + bias[:, None, :]).reshape(self.C * self.n, -1)
+
+
+def forward(model, P: dict[str, torch.Tensor], blk: Block, drop) -> torch.Tensor:
+    """What ``model.forward`` (fgx.models.gcn / sage) computes, for every client at once with its own
+    parameters (``P``: name -> [C, ...]); ``drop(h)`` is each client's dropout."""
+    from fgx.models import sparse
+    from fgx.models.sage import SAGE
+
+    h = blk.x
+    N = blk.C * blk.n
+    sage = isinstance(model, SAGE)
+    adj = sparse.mean_adjacency(blk.edge_index, N) if sage else sparse.gcn_adjacency(blk.edge_index, N)
+    for i in range(model.num_layers):
+        if i > 0 or model.input_dropout:
+            h = drop(h)
+        pre = f"convs.{i}."
+        if sage:   # lin_l(mean of in-neighbours) + lin_r(h), as fgx.models.sage.sage_layer
+            out = blk.add_bias(sparse.propagate(adj, blk.bmm(h, P[pre + "lin_l.weight"])), P[pre + "lin_l.bias"])
+            out = out + blk.bmm(h, P[pre + "lin_r.weight"])
+        else:      # Â (h Wᵀ) + b, as fgx.models.gcn.GCN.layer
+            out = sparse.propagate(adj, blk.bmm(h, P[pre + "lin.weight"]))
+            if pre + "bias" in P:
+                out = blk.add_bias(out, P[pre + "bias"])
+        h = model.activate(i, out)
+    if model.classifier is None:
+        return h
+    return blk.add_bias(blk.bmm(drop(h), P["classifier.weight"]), P["classifier.bias"])
+
+
+class Dropout:
+    """Each client's inverted dropout (fgx.models.base.dropout) with uniforms from its own generator, seeded
+    as executor=local seeds the client's global generator, so every mask equals the one its loop draws."""
+
+    def __init__(self, p: float, blk: Block, seeds: list[int]):
+        self.p, self.blk = p, blk
+        self.gens = [torch.Generator().manual_seed(s) for s in seeds]
+        self.active = list(range(blk.C))
+
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        p, blk = self.p, self.blk
+        if p == 0.0:
+            return h
+        if p >= 1.0:
+            return h * 0.0
+        u = torch.empty(h.shape)   # rows of padding and of clients not stepping: any mask (their outputs are unused)
+        for i in self.active:
+            torch.rand(blk.sizes[i], h.size(1), generator=self.gens[i], out=u[i * blk.n:i * blk.n + blk.sizes[i]])
+        return h * (u.to(h.device) >= p) * (1.0 / (1.0 - p))
+
+
+class StackedParameters:
+    """The clients' parameters as one [C, D] table (row i: client i's parameters, flattened in
+    ``named_parameters`` order; ``views`` gives each by name as [C, ...]), stepped by the clients' own Adam
+    or SGD with per-client state read from and written back to each client's optimiser.
+
+    The update is written out by hand (torch.optim's Adam/SGD formulas over rows): torch.optim.Adam keeps
+    one step count per tensor, and the clients of a batch may have taken different numbers of steps
+    (client sampling, local_epochs), so bias correction needs a step count per row."""
+
+    def __init__(self, states: list):
+        model = states[0].model
+        self.names = [n for n, _ in model.named_parameters()]
+        self.shapes = [w.shape for _, w in model.named_parameters()]
+        self.sizes = [w.numel() for _, w in model.named_parameters()]
+        self.params = [[w for _, w in s.model.named_parameters()] for s in states]
+        self.flat = torch.stack([torch.cat([w.detach().reshape(-1) for w in ws]) for ws in self.params])
+        self.flat.requires_grad_(True)
+        g = states[0].optimizer.param_groups[0]
+        self.adam = isinstance(states[0].optimizer, torch.optim.Adam)
+        self.lr, self.wd = float(g["lr"]), float(g["weight_decay"])
+        self.betas, self.eps = g.get("betas", (0.9, 0.999)), g.get("eps", 1e-8)
+        self.optimizers = [s.optimizer for s in states]
+        if self.adam:    # a client steps all its parameters together: one step count per client
+            rows = [[o.state.get(w, {}) for w in ws] for o, ws in zip(self.optimizers, self.params)]
+            self.steps = torch.tensor([float(r[0].get("step", 0.0)) for r in rows], dtype=torch.float64)
+            self.m, self.v = (torch.stack([torch.cat([st[key].reshape(-1) if key in st else torch.zeros(k)
+                                                      for st, k in zip(r, self.sizes)]) for r in rows]).to(self.flat)
+                              for key in ("exp_avg", "exp_avg_sq"))
+
+    def views(self) -> dict[str, torch.Tensor]:
+        C = self.flat.size(0)
+        parts = self.flat.split(self.sizes, dim=1)
+        return {n: w.reshape(C, *shape) for n, w, shape in zip(self.names, parts, self.shapes)}
+
+    def step(self, active: torch.Tensor) -> None:
+        """One step of the clients where ``active`` [C] is True; the others stay as they are."""
+        w = self.flat
+        with torch.no_grad():
+            grad = w.grad if w.grad is not None else torch.zeros_like(w)
+            w.grad = None
+            if self.wd != 0:
+                grad = grad.add(w, alpha=self.wd)
+            everyone = bool(active.all())
+            keep = active.view(-1, 1).to(w.device)
+            if not self.adam:
+                upd = self.lr * grad
+                w.sub_(upd if everyone else torch.where(keep, upd, torch.zeros_like(upd)))
+                return
+            b1, b2 = self.betas
+            m = self.m.lerp(grad, 1 - b1)
+            v = self.v.mul(b2).addcmul_(grad, grad, value=1 - b2)
+            self.m, self.v = (m, v) if everyone else (torch.where(keep, m, self.m), torch.where(keep, v, self.v))
+            self.steps += active.double()
+            t = self.steps.clamp(min=1)
+            step_size = (self.lr / (1 - b1 ** t)).to(w.dtype).view(-1, 1).to(w.device)
+            bc2_sqrt = (1 - b2 ** t).sqrt().to(w.dtype).view(-1, 1).to(w.device)
+            upd = self.m.div(self.v.sqrt().div_(bc2_sqrt).add_(self.eps)).mul_(step_size)
+            w.sub_(upd if everyone else torch.where(keep, upd, torch.zeros_like(upd)))
+
+    def write_back(self) -> None:
+        """Each client's parameters and optimiser state, as its own loop would have left them."""
+        with torch.no_grad():
+            for i, (ws, opt) in enumerate(zip(self.params, self.optimizers)):
+                row = self.flat[i].split(self.sizes)
+                for w, new in zip(ws, row):
+                    w.copy_(new.view_as(w))
+                if not self.adam or float(self.steps[i]) == 0:
+                    continue
+                fused = bool(opt.defaults.get("fused"))
+                for w, m, v in zip(ws, self.m[i].split(self.sizes), self.v[i].split(self.sizes)):
+                    opt.state[w] = {"step": torch.tensor(float(self.steps[i]), dtype=torch.float32,
+                                                         device=w.device if fused else "cpu"),
+                                    "exp_avg": m.view_as(w).clone(), "exp_avg_sq": v.view_as(w).clone()}
+
+
+def loss_coefficients(blk: Block, rows: list[torch.Tensor], weights: list) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rows, coefficients) such that Σ coef·CE(row) summed per client is each client's own (class-weighted)
+    mean cross-entropy over ``rows[i]`` (nn.functional.cross_entropy's weighted mean)."""
+    coefs = []
+    for r, w in zip(rows, weights):
+        c = torch.ones(r.numel(), device=r.device) if w is None else w[blk.y[r]]
+        coefs.append(c / c.sum() if r.numel() else c)
+    return torch.cat(rows), torch.cat(coefs)
+
+
+_BLOCKS: dict = {}   # the latest batch of views (a round's clients are the same views every round)
+
+
+def train_batched(states: list, seeds: list[int], p, round_seed: int, prox_mu: float | None = None,
+                  anchor: dict | None = None) -> list[float]:
+    """fgx.algorithms.base.train_steps for every client of ``states`` at once; returns each client's mean
+    loss (NaN for a client without training items, which trains as little as in its own loop)."""
+    from fgx.algorithms.base import num_train_items, steps_per_round
+
+    losses = [float("nan")] * len(states)
+    idx = [i for i, s in enumerate(states) if num_train_items(s) > 0]
+    if not idx:
+        return losses
+    sts = [states[i] for i in idx]
+    # the same views with unchanged tensors (in-place versions) are the same batch
+    key = tuple((s.cid, id(s.view), s.view.x._version, s.view.edge_index._version, s.view.y._version) for s in sts)
+    if key not in _BLOCKS:
+        _BLOCKS.clear()
+        views = [s.view for s in sts]     # kept with the batch: their ids cannot be reused while it is
+        _BLOCKS[key] = (views, Block(views, sts[0].view.x.device))
+    blk = _BLOCKS[key][1]
+    model = sts[0].model
+    for s in sts:
+        s.model.train()
+    opt = StackedParameters(sts)
+    drop = Dropout(model.dropout, blk, [seeds[i] for i in idx])
+    steps = torch.tensor([steps_per_round(s, p) for s in sts])
+    batch_gens = [torch.Generator().manual_seed(round_seed + s.cid) for s in sts]
+    weights = [s.loss_weight for s in sts]
+    n_train = [r.numel() for r in blk.train_rows]
+    client_of = torch.repeat_interleave(torch.arange(blk.C), torch.tensor(n_train))
+    full = loss_coefficients(blk, blk.train_rows, weights)
+    totals = torch.zeros(blk.C, dtype=torch.float64)
+    for step in range(int(steps.max())):
+        active = steps > step
+        drop.active = active.nonzero().view(-1).tolist()
+        if p.batch_size is not None and any(p.batch_size < k for k in n_train):
+            rows = [blk.train_rows[i][torch.randperm(k, generator=batch_gens[i])[:p.batch_size].to(blk.x.device)]
+                    if active[i] and p.batch_size < k else blk.train_rows[i] for i, k in enumerate(n_train)]
+            rows_all, coef = loss_coefficients(blk, rows, weights)
+            owner = torch.repeat_interleave(torch.arange(blk.C), torch.tensor([r.numel() for r in rows]))
+        else:
+            (rows_all, coef), owner = full, client_of
+        coef = coef * active[owner].to(coef.dtype).to(coef.device)
+        P = opt.views()
+        out = forward(model, P, blk, drop)
+        ce = nn.functional.cross_entropy(out[rows_all], blk.y[rows_all], reduction="none")
+        per_client = torch.zeros(blk.C, device=ce.device).index_add(0, owner.to(ce.device), coef * ce)
+        if prox_mu is not None:   # FedProx: (mu/2)·||w_i - w_global||² per client (fgx.algorithms.fedprox)
+            per_client = per_client + 0.5 * prox_mu * sum(
+                ((P[n] - anchor[n].unsqueeze(0)) ** 2).flatten(1).sum(1) for n in opt.names if n in anchor)
+        per_client.sum().backward()
+        opt.step(active)
+        totals += torch.where(active, per_client.detach().double().cpu(), torch.zeros_like(totals))
+    opt.write_back()
+    for j, i in enumerate(idx):
+        losses[i] = float(totals[j] / steps[j])
+    return losses
+
+
+# -- the batched forms of the algorithms' client functions (module.qualname -> form) --------------------
+
+def fedavg_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int) -> list:
+    """fgx.algorithms.fedavg.client_update for every client at once: load the global weights (FedPer:
+    the base, under each client's own head), train, and return each client's (delta, loss)."""
+    from fgx.algorithms.base import state_delta
+
+    for s in states:
+        s.model.load_state_dict(global_weights, strict=False)
+    prox = [s.extra.get("extra_loss") is not None for s in states]
+    mu = states[0].extra.get("prox_mu") if any(prox) else None
+    anchor = states[0].extra.get("prox_anchor") if any(prox) else None
+    losses = train_batched(states, seeds, p, round_seed, mu, anchor)
+    return [(state_delta(s.model.state_dict(), global_weights), loss) for s, loss in zip(states, losses)]
+
+
+def fedprox_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int) -> list:
+    """fgx.algorithms.fedprox.prox_client_update for every client at once: the proximal term around the
+    global weights the round starts from, then FedAvg's batched update."""
+    from fgx.algorithms.fedprox import proximal_term
+
+    names = {n for n, _ in states[0].model.named_parameters()} if states else set()
+    anchor = {k: v.detach().clone() for k, v in global_weights.items() if k in names}
+    for s in states:
+        s.extra.update(prox_anchor=anchor, prox_mu=p.mu, extra_loss=proximal_term)
+    return fedavg_update(states, seeds, global_weights, p, round_seed)
+
+
+def local_update(states: list, seeds: list[int], p, round_seed: int) -> list[float]:
+    """fgx.algorithms.local.local_round for every client at once."""
+    return train_batched(states, seeds, p, round_seed)
+
+
+FORMS = {"fgx.algorithms.fedavg.client_update": fedavg_update,
+         "fgx.algorithms.fedprox.prox_client_update": fedprox_update,
+         "fgx.algorithms.local.local_round": local_update}

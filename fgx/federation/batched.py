@@ -40,6 +40,8 @@ class BatchedParams:
     client_batching: str = field(default="auto", metadata=spec(
         choices=["auto", "on"], help="auto: batch the clients' local steps where the algorithm and model allow "
                                      "it, else one client after another; on: refuse a run that cannot be batched"))
+    group_nodes: int = field(default=16384, metadata=spec(
+        min=1, help="clients are batched in groups of similar size with at most this many (padded) nodes"))
 
 
 def config_refusal(v) -> str | None:
@@ -57,6 +59,13 @@ def config_refusal(v) -> str | None:
 class BatchedExecutor(InProcessExecutor):
     """executor=local's loop, with the calls of the client functions in ``FORMS`` batched."""
 
+    def __init__(self, params=None):
+        super().__init__(params)
+        self.blocks: dict = {}    # the latest batch of views (a round's clients are the same views every round)
+
+    def shutdown(self) -> None:
+        self.blocks.clear()
+
     @classmethod
     def check_config(cls, params: BatchedParams, validated) -> None:
         why = config_refusal(validated) if params.client_batching == "on" else None
@@ -67,7 +76,8 @@ class BatchedExecutor(InProcessExecutor):
         form = FORMS.get(f"{fn.__module__}.{fn.__qualname__}")
         why = f"{fn.__qualname__} has no batched form" if form is None else refusal(items, args[-2])
         if why is None:
-            return form(items, self.client_seeds(items), *args)
+            return form(items, self.client_seeds(items), *args, blocks=self.blocks,
+                        group_nodes=self.params.group_nodes)
         if self.params.client_batching == "on":
             raise RuntimeError(f"executor.client_batching=on, but this call cannot be batched: {why}")
         return super().map(fn, items, *args)
@@ -93,14 +103,13 @@ def refusal(states: list, p) -> str | None:
         if g.get("amsgrad") or g.get("maximize") or g.get("decoupled_weight_decay") or g.get("momentum", 0) \
                 or g.get("nesterov"):
             return "optimiser options beyond lr and weight decay"
-        if s.extra.get("extra_loss") not in (None, _prox_marker()):
+        extra = s.extra.get("extra_loss")
+        if extra is not None and f"{extra.__module__}.{extra.__qualname__}" != PROXIMAL_TERM:
             return "an extra loss term other than FedProx's"
     return None
 
 
-def _prox_marker():
-    from fgx.algorithms.fedprox import proximal_term
-    return proximal_term
+PROXIMAL_TERM = "fgx.algorithms.fedprox.proximal_term"
 
 
 # -- the block-diagonal batch ---------------------------------------------------------------------
@@ -265,32 +274,52 @@ def loss_coefficients(blk: Block, rows: list[torch.Tensor], weights: list) -> tu
     return torch.cat(rows), torch.cat(coefs)
 
 
-_BLOCKS: dict = {}   # the latest batch of views (a round's clients are the same views every round)
-
-
 def train_batched(states: list, seeds: list[int], p, round_seed: int, prox_mu: float | None = None,
-                  anchor: dict | None = None) -> list[float]:
-    """fgx.algorithms.base.train_steps for every client of ``states`` at once; returns each client's mean
-    loss (NaN for a client without training items, which trains as little as in its own loop)."""
-    from fgx.algorithms.base import num_train_items, steps_per_round
+                  anchor: dict | None = None, blocks: dict | None = None, group_nodes: int | None = None) -> list[float]:
+    """fgx.algorithms.base.train_steps for every client of ``states``, in groups of clients of similar size
+    with at most ``group_nodes`` padded nodes each (one client larger than that: a group of its own), each
+    group one batched computation; returns each client's mean loss (NaN for a client without training
+    items, which trains as little as in its own loop). ``blocks`` keeps the groups' batches between calls."""
+    from fgx.algorithms.base import num_train_items
 
     losses = [float("nan")] * len(states)
-    idx = [i for i, s in enumerate(states) if num_train_items(s) > 0]
-    if not idx:
-        return losses
-    sts = [states[i] for i in idx]
-    # the same views with unchanged tensors (in-place versions) are the same batch
-    key = tuple((s.cid, id(s.view), s.view.x._version, s.view.edge_index._version, s.view.y._version) for s in sts)
-    if key not in _BLOCKS:
-        _BLOCKS.clear()
-        views = [s.view for s in sts]     # kept with the batch: their ids cannot be reused while it is
-        _BLOCKS[key] = (views, Block(views, sts[0].view.x.device))
-    blk = _BLOCKS[key][1]
+    # by size, so that a group pads little; the order of clients changes nothing (each one's step is its own)
+    idx = sorted((i for i, s in enumerate(states) if num_train_items(s) > 0), key=lambda i: states[i].view.num_nodes)
+    groups, limit = [], group_nodes or float("inf")
+    for i in idx:
+        if groups and (len(groups[-1]) + 1) * states[i].view.num_nodes <= limit:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    kept = {}
+    for g in groups:
+        sts = [states[i] for i in g]
+        # the same views with unchanged tensors (in-place versions) are the same batch
+        key = tuple((s.cid, id(s.view), s.view.x._version, s.view.edge_index._version, s.view.y._version)
+                    for s in sts)
+        if blocks is not None and key in blocks:
+            kept[key] = blocks[key]
+        else:
+            views = [s.view for s in sts]     # kept with the batch: their ids cannot be reused while it is
+            kept[key] = (views, Block(views, sts[0].view.x.device))
+        for i, loss in zip(g, train_group(kept[key][1], sts, [seeds[i] for i in g], p, round_seed, prox_mu, anchor)):
+            losses[i] = loss
+    if blocks is not None:
+        blocks.clear()
+        blocks.update(kept)
+    return losses
+
+
+def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, prox_mu: float | None,
+                anchor: dict | None) -> list[float]:
+    """One group's local steps as one batched computation (``blk`` holds its clients' views)."""
+    from fgx.algorithms.base import steps_per_round
+
     model = sts[0].model
     for s in sts:
         s.model.train()
     opt = StackedParameters(sts)
-    drop = Dropout(model.dropout, blk, [seeds[i] for i in idx])
+    drop = Dropout(model.dropout, blk, seeds)
     steps = torch.tensor([steps_per_round(s, p) for s in sts])
     batch_gens = [torch.Generator().manual_seed(round_seed + s.cid) for s in sts]
     weights = [s.loss_weight for s in sts]
@@ -320,14 +349,12 @@ def train_batched(states: list, seeds: list[int], p, round_seed: int, prox_mu: f
         opt.step(active)
         totals += torch.where(active, per_client.detach().double().cpu(), torch.zeros_like(totals))
     opt.write_back()
-    for j, i in enumerate(idx):
-        losses[i] = float(totals[j] / steps[j])
-    return losses
+    return (totals / steps).tolist()
 
 
 # -- the batched forms of the algorithms' client functions (module.qualname -> form) --------------------
 
-def fedavg_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int) -> list:
+def fedavg_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int, **batching) -> list:
     """fgx.algorithms.fedavg.client_update for every client at once: load the global weights (FedPer:
     the base, under each client's own head), train, and return each client's (delta, loss)."""
     from fgx.algorithms.base import state_delta
@@ -337,11 +364,11 @@ def fedavg_update(states: list, seeds: list[int], global_weights: dict, p, round
     prox = [s.extra.get("extra_loss") is not None for s in states]
     mu = states[0].extra.get("prox_mu") if any(prox) else None
     anchor = states[0].extra.get("prox_anchor") if any(prox) else None
-    losses = train_batched(states, seeds, p, round_seed, mu, anchor)
+    losses = train_batched(states, seeds, p, round_seed, mu, anchor, **batching)
     return [(state_delta(s.model.state_dict(), global_weights), loss) for s, loss in zip(states, losses)]
 
 
-def fedprox_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int) -> list:
+def fedprox_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int, **batching) -> list:
     """fgx.algorithms.fedprox.prox_client_update for every client at once: the proximal term around the
     global weights the round starts from, then FedAvg's batched update."""
     from fgx.algorithms.fedprox import proximal_term
@@ -350,12 +377,12 @@ def fedprox_update(states: list, seeds: list[int], global_weights: dict, p, roun
     anchor = {k: v.detach().clone() for k, v in global_weights.items() if k in names}
     for s in states:
         s.extra.update(prox_anchor=anchor, prox_mu=p.mu, extra_loss=proximal_term)
-    return fedavg_update(states, seeds, global_weights, p, round_seed)
+    return fedavg_update(states, seeds, global_weights, p, round_seed, **batching)
 
 
-def local_update(states: list, seeds: list[int], p, round_seed: int) -> list[float]:
+def local_update(states: list, seeds: list[int], p, round_seed: int, **batching) -> list[float]:
     """fgx.algorithms.local.local_round for every client at once."""
-    return train_batched(states, seeds, p, round_seed)
+    return train_batched(states, seeds, p, round_seed, **batching)
 
 
 FORMS = {"fgx.algorithms.fedavg.client_update": fedavg_update,

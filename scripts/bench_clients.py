@@ -44,7 +44,8 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--warmup", type=int, default=1, help="first rounds left out of the median")
     ap.add_argument("--local-steps", type=int, default=10)
-    ap.add_argument("overrides", nargs="*", help="further fgx overrides for every run")
+    ap.add_argument("--group-nodes", type=int, default=None, help="executor.group_nodes of the batched runs")
+    ap.add_argument("overrides", nargs="*", help="further fgx overrides for every run (e.g. device=cuda)")
     args = ap.parse_args()
     import logging
     import torch
@@ -58,15 +59,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for c in args.clients:
             for ex in ("local", "batched"):
-                job, build_s = build([*common, f"partitioner.num_clients={c}", f"executor={ex}"], f"{tmp}/{c}-{ex}")
+                extra = [f"executor.group_nodes={args.group_nodes}"] if ex == "batched" and args.group_nodes else []
+                job, build_s = build([*common, f"partitioner.num_clients={c}", f"executor={ex}", *extra],
+                                     f"{tmp}/{c}-{ex}")
                 times, cpu = [], []
                 for r in range(1, args.rounds + 1):
                     job.executor.start_round(job.v.top.seed, r)
                     t, tc = time.perf_counter(), time.process_time()
                     loss = job.algo.round(r)["loss"]
+                    if job.ctx.device.type == "cuda":
+                        torch.cuda.synchronize()
                     times.append(time.perf_counter() - t)
                     cpu.append(time.process_time() - tc)
                 sizes = [cl.num_owned for cl in job.clients]
+                job_device = str(job.ctx.device)
                 # the partitioner alone, once more on the same graph (the build above includes it)
                 part = job.v.entries["partitioner"]
                 t = time.perf_counter()
@@ -83,7 +89,8 @@ def main() -> int:
     base_cpu = {r["executor"]: r["cpu_s_per_round"] for r in rows if r["clients"] == args.clients[0]}
     print(f"{args.algorithm} / {args.model}, csbm {args.nodes} nodes, {args.features} features, {args.partitioner} "
           f"partition, K={args.local_steps} full-batch steps, median of rounds {args.warmup + 1}..{args.rounds}, "
-          f"torch threads {torch.get_num_threads()}")
+          f"torch threads {torch.get_num_threads()}, device {job_device}"
+          + (f", group_nodes {args.group_nodes}" if args.group_nodes else ""))
     fewest = args.clients[0]
     print(f"{'clients':>8} {'executor':<9} {'s/round':>9} {'cpu s/round':>12} {f'x {fewest}-client loop':>18} "
           f"{'loop/batched':>13} {'nodes/client':>14} {'partition s':>12}")

@@ -214,8 +214,9 @@ class StackedParameters:
         if self.adam:    # a client steps all its parameters together: one step count per client
             rows = [[o.state.get(w, {}) for w in ws] for o, ws in zip(self.optimizers, self.params)]
             self.steps = torch.tensor([float(r[0].get("step", 0.0)) for r in rows], dtype=torch.float64)
-            self.m, self.v = (torch.stack([torch.cat([st[key].reshape(-1) if key in st else torch.zeros(k)
-                                                      for st, k in zip(r, self.sizes)]) for r in rows]).to(self.flat)
+            zero = lambda k: torch.zeros(k, dtype=self.flat.dtype, device=self.flat.device)   # noqa: E731
+            self.m, self.v = (torch.stack([torch.cat([st[key].reshape(-1) if key in st else zero(k)
+                                                      for st, k in zip(r, self.sizes)]) for r in rows])
                               for key in ("exp_avg", "exp_avg_sq"))
 
     def views(self) -> dict[str, torch.Tensor]:

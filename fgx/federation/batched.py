@@ -93,6 +93,8 @@ def refusal(states: list, p) -> str | None:
     for s in states:
         if type(s.model) not in (GCN, SAGE) or s.task != "node":
             return f"client {s.cid}'s model is a {type(s.model).__name__} on the {s.task} task (GCN/SAGE node models only)"
+        if s.view.y.dim() != 1:
+            return "labels that are not one class per node"
         if isinstance(s.model, SAGE) and any(c.aggr != "mean" or not c.root_weight or c.normalize or c.project
                                              for c in s.model.convs):
             return "a SAGEConv other than mean aggregation with a root weight"

@@ -481,6 +481,7 @@ def test_fedgnn_expanded_forward_without_expansion_is_the_model():
 
 # ---- resume -----------------------------------------------------------------------------------------
 
+@pytest.mark.slow   # resume is checked in the default suite by test_run, test_reliability (SIGKILL), test_fedgsp and test_eval_model
 @pytest.mark.parametrize("algo,extra", [("fedgnn", []), ("fedgta", []), ("adafgl", ["algorithm.extractor_rounds=1"]),
                                         ("fedtad", ["algorithm.glb_epochs=1", "algorithm.num_gen=20"]),
                                         ("fediih", [])])

@@ -293,6 +293,7 @@ def test_settings_without_a_readable_representation_are_refused_before_work(over
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow   # ~30-75 s each on a loaded 2-core machine; the replay mechanism tests above stay in the default suite
 @pytest.mark.parametrize("algo", ["scaffold", "moon", "fedproto", "fedtgp", "feddc"])
 def test_each_method_learns_graph_classification(algo, run_fgx):
     """The generated collection's label is in the graphs' density (tests/test_graph_task.py). SCAFFOLD's and

@@ -167,7 +167,8 @@ def test_graph_models_pool_per_graph(model):
     del attach_graphs
 
 
-@pytest.mark.parametrize("algo", ["fedavg", "fedprox", "local"])
+@pytest.mark.parametrize("algo", ["fedavg", pytest.param("fedprox", marks=pytest.mark.slow),
+                                  pytest.param("local", marks=pytest.mark.slow)])   # fedavg in the default suite
 def test_graph_runs_learn_the_generated_structure(algo, run_fgx):
     """The label is in the graphs' density only: the trained classifier beats the majority class."""
     rd = run_fgx(f"algorithm={algo}", *SYNTH, "dataset.num_graphs=160", "rounds=8", "model.layers=2",

@@ -13,6 +13,7 @@ def _test_rows(run_dir):
     return {r["round"]: r["mean"]["accuracy"] for r in rows if r["split"] == "test"}
 
 
+@pytest.mark.slow   # optional integrations (tensorboard, mlflow extras): ~30 s each loaded
 def test_tensorboard_events_match_metrics(run_fgx, tiny_cfg):
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -27,6 +28,7 @@ def test_tensorboard_events_match_metrics(run_fgx, tiny_cfg):
     assert "val/accuracy" in ea.Tags()["scalars"]
 
 
+@pytest.mark.slow
 def test_mlflow_local_store_matches_metrics(run_fgx, tiny_cfg):
     pytest.importorskip("mlflow")
     from mlflow.tracking import MlflowClient

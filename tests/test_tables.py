@@ -289,6 +289,7 @@ def test_every_fedgsp_configuration_row_has_a_table_with_same_backbone_controls(
     assert compose(["+experiment=fedgsp_photo_disj_10", "method=fedprox_gcn"]).algorithm.local_steps == 2
 
 
+@pytest.mark.slow   # 15 methods on Minesweeper (~4 min loaded); test_fedgsp_table_runs_on_a_dataset_outside_the_shared_data keeps the multirun in the default suite
 def test_fedgsp_table_on_minesweeper_is_one_multirun(data_root, tmp_path, capsys):
     rc = main(["repro", "fedgsp_minesweeper_disj_10", f"data_dir={data_root}", "rounds=2", "seed=0",
                "--out", str(tmp_path / "t")])

@@ -66,7 +66,8 @@ focused = {
     "fgx/algorithms": "mechanism_fedavg mechanism_ce_fedgnn mechanism_gossip mechanism_recsys mechanism_personalised "
                       "baselines edge_baselines fedgsp fedgsp_baselines fedsage_plus ce_fedgnn swift_fedgnn dp_fedavg "
                       "eval_model accuracy_floors privacy_audit unlearning mafalda recsys_fedmf recsys_lpsfed "
-                      "recsys_fedrec_baselines recsys_graph_models",
+                      "recsys_fedrec_baselines recsys_graph_models fl_methods graph_methods graph_task diagnostics "
+                      "divergence client_batching",
 }
 chosen = os.environ.get("MUTATION_TESTS", "").split()
 if not chosen and pkg in focused:

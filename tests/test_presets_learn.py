@@ -37,7 +37,7 @@ CASES = [(p, k, m) for p in PRESETS for k, ms in [sweep_methods(p)] for m in ms]
 def test_the_case_list_reads_every_preset():
     assert {p for p, *_ in CASES} == set(PRESETS)
     assert ("ce_fedgnn_table2_cora", "method", "ce_fedgnn_no_sharing") in CASES
-    assert ("ce_fedgnn_fig4_bytes", "algorithm", "fedavg_w_only") in CASES
+    assert ("ce_fedgnn_fig4_bytes", "method", "fedavg_w_only") in CASES
 
 
 @pytest.mark.slow
@@ -61,8 +61,8 @@ def test_ce_fedgnn_presets_run_what_they_name():
     crosses), the Cora table on Algorithm 1's SGD step."""
     from fgx.cli import compose
 
-    assert compose(["+experiment=ce_fedgnn_table5_ablation", "algorithm=ce_fedgnn"]).model.name == "pna"
-    w_only = compose(["+experiment=ce_fedgnn_fig4_bytes", "algorithm=fedavg_w_only"]).algorithm
+    assert compose(["+experiment=ce_fedgnn_table5_ablation", "method=ce_fedgnn"]).model.name == "pna"
+    w_only = compose(["+experiment=ce_fedgnn_fig4_bytes", "method=fedavg_w_only"]).algorithm
     assert w_only.embedding_sharing == "none" and w_only.share_grad_estimator is False
     for m in ("ce_fedgnn", "fedgnn_st", "ce_fedgnn_no_sharing"):
         a = compose(["+experiment=ce_fedgnn_table2_cora", f"method={m}"]).algorithm

@@ -32,6 +32,7 @@ class ProcessResult:
     peak_rss_mb: float
     stdout: str
     stderr: str
+    limit: str | None = None      # "timeout" or "memory": the child was killed for passing that limit
 
     def check(self, what: str) -> "ProcessResult":
         if self.returncode != 0:
@@ -40,35 +41,89 @@ class ProcessResult:
         return self
 
 
+def _tree_rss_mb(pid: int) -> float:
+    """Resident memory of ``pid`` and all its descendants, from /proc (0 where it is gone)."""
+    total, todo = 0.0, [pid]
+    while todo:
+        p = todo.pop()
+        try:
+            with open(f"/proc/{p}/status") as f:
+                total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024.0
+            for task in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{task}/children") as f:
+                    todo += [int(c) for c in f.read().split()]
+        except (OSError, ValueError):
+            continue
+    return total
+
+
 def run_process(cmd: list[str], env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
-                timeout: float | None = None) -> ProcessResult:
+                timeout: float | None = None, mem_limit_mb: float | None = None,
+                raise_on_timeout: bool = True, poll_s: float = 0.1) -> ProcessResult:
     """Run ``cmd`` to completion. Peak RSS is the child's own, from ``wait4`` (``RUSAGE_CHILDREN``
     would give the largest child this process ever had); its output goes to temporary files, so a
     chatty child can never block on a full pipe. On Linux a child's peak RSS is at least this
     process's RSS when it starts the child (exec keeps the old address space's high-water mark):
-    a benchmark that compares peak RSS keeps its own process small (no torch import)."""
+    a benchmark that compares peak RSS keeps its own process small (no torch import).
+
+    ``mem_limit_mb``: a watchdog reads the resident memory of the child and its descendants every
+    ``poll_s`` seconds and kills them all once it passes the limit (``limit="memory"``); a child whose
+    ``wait4`` peak passes it between two reads counts as over it too. Resident memory, not address
+    space: RLIMIT_AS would also count torch's reserved but untouched virtual memory. ``timeout``
+    kills the child (with a memory limit: its whole process group); it raises unless ``raise_on_timeout=False`` (then
+    ``limit="timeout"``)."""
     full_env = {**os.environ, **(env or {})}
+    limit: list[str] = []
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdout=out, stderr=err, text=True)
-        killer = threading.Timer(timeout, proc.kill) if timeout else None
-        if killer:
-            killer.start()
+        # with a memory limit the child gets its own process group, so that its descendants die with it
+        group = bool(mem_limit_mb)
+        proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdout=out, stderr=err, text=True,
+                                start_new_session=group)
+        done = threading.Event()
+        watched_mb = [0.0]
+
+        def kill(why: str) -> None:
+            if not done.is_set() and not limit:
+                limit.append(why)
+                try:
+                    os.killpg(proc.pid, 9) if group else proc.kill()
+                except OSError:
+                    pass
+
+        def watch() -> None:
+            while not done.wait(poll_s):
+                rss = _tree_rss_mb(proc.pid)
+                watched_mb[0] = max(watched_mb[0], rss)
+                if rss > mem_limit_mb:
+                    kill("memory")
+                    return
+
+        killer = threading.Timer(timeout, kill, ("timeout",)) if timeout else None
+        watcher = threading.Thread(target=watch, daemon=True) if mem_limit_mb else None
+        for t in (killer, watcher):
+            if t:
+                t.start()
         try:
             _, status, usage = os.wait4(proc.pid, 0)
         finally:
+            done.set()
             if killer:
                 killer.cancel()
+        if watcher:
+            watcher.join()
         wall = time.perf_counter() - t0
         proc.returncode = os.waitstatus_to_exitcode(status)   # reaped here: Popen must not wait again
         out.seek(0)
         err.seek(0)
         stdout, stderr = out.read(), err.read()
-    if timeout and wall >= timeout and proc.returncode < 0:
-        raise RuntimeError(f"{cmd[0]} ran past {timeout} s and was killed")
     # ru_maxrss is in KiB on Linux (bytes on macOS)
-    rss_mb = usage.ru_maxrss / (1024.0 * 1024.0 if sys.platform == "darwin" else 1024.0)
-    return ProcessResult(proc.returncode, wall, rss_mb, stdout, stderr)
+    rss_mb = max(usage.ru_maxrss / (1024.0 * 1024.0 if sys.platform == "darwin" else 1024.0), watched_mb[0])
+    if mem_limit_mb and not limit and rss_mb > mem_limit_mb:
+        limit.append("memory")
+    if limit == ["timeout"] and raise_on_timeout:
+        raise RuntimeError(f"{cmd[0]} ran past {timeout} s and was killed")
+    return ProcessResult(proc.returncode, wall, rss_mb, stdout, stderr, limit[0] if limit else None)
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -62,3 +62,94 @@ def test_bench_peers_partition_is_the_one_fgx_trains_on(data_root, run_fgx, tmp_
     assert s["eval_model"] == "local" and s["components"]["partitioner"] == "file"
     # a time, measured from the process start: no bound (a busy machine makes it anything; issue #42)
     assert s["startup_s"] is None or s["startup_s"] > 0
+
+
+def _scale_module():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import bench_scale
+    finally:
+        sys.path.pop(0)
+    return bench_scale
+
+
+ALLOCATE = "b = bytearray(300 * 2**20); import time; time.sleep(20); print('survived')"
+
+
+@pytest.mark.parametrize("where", ["child", "grandchild"])
+def test_run_process_memory_limit_kills_the_child_and_its_descendants(where):
+    """The watchdog reads the resident memory of the whole process tree: a grandchild's 300 MB kill
+    the child too (wait4 of the child alone would see a small process). From a small parent, as the
+    first test (a child's wait4 peak starts at its parent's RSS)."""
+    code = ALLOCATE if where == "child" else (
+        f"import subprocess, sys; subprocess.run([sys.executable, '-c', {ALLOCATE!r}]); print('survived')")
+    probe = (
+        "import sys, json; from fgx.bench import run_process\n"
+        f"big = run_process([sys.executable, '-c', {code!r}], mem_limit_mb=150, timeout=60)\n"
+        "small = run_process([sys.executable, '-c', 'print(1)'], mem_limit_mb=150)\n"
+        "print(json.dumps([[r.limit, r.returncode, r.stdout, r.peak_rss_mb] for r in (big, small)]))")
+    out = run_process([sys.executable, "-c", probe], env={"PYTHONPATH": str(REPO)}).check("probe")
+    (limit, rc, text, rss), (small_limit, small_rc, small_text, small_rss) = json.loads(out.stdout)
+    assert limit == "memory" and rc != 0 and "survived" not in text and rss > 150
+    assert small_limit is None and small_rc == 0 and small_text.strip() == "1" and small_rss < 150
+
+
+def test_run_process_timeout_can_be_a_result_instead_of_an_error():
+    r = run_process([sys.executable, "-c", "import time; time.sleep(20); print('survived')"], timeout=1,
+                    raise_on_timeout=False)
+    assert r.limit == "timeout" and "survived" not in r.stdout
+    with pytest.raises(RuntimeError, match="ran past"):
+        run_process([sys.executable, "-c", "import time; time.sleep(20)"], timeout=1)
+
+
+def test_bench_scale_sizes_and_runs():
+    bs = _scale_module()
+    assert [bs.parse_size(t) for t in ("10k", "2.5M", "100000", "aml_tiny")] == [10_000, 2_500_000, 100_000, "aml_tiny"]
+    for bad in ("ten", "1.5", "5"):
+        with pytest.raises(Exception, match="size"):
+            bs.parse_size(bad)
+    a = Namespace(sizes=["aml_tiny", 100_000, 10_000], clients=[10, 1000], aml_clients=[4],
+                  algorithms=["fedavg", "fedgsp", "ce_fedgnn"], tools=["fgx", "openfgl"])
+    runs = list(bs.lanes_and_runs(a))
+    assert [s for _, s in runs][0] == 10_000 and [s for _, s in runs][-1] == "aml_tiny"   # sizes ascending
+    assert {lane[1] for lane, _ in runs if lane[0] == "openfgl"} == {"fedavg"}              # OpenFGL: FedAvg only
+    assert {lane for lane, s in runs if s == "aml_tiny"} == {("fgx", "ce_fedgnn", 4, "aml")}
+    assert len(runs) == 2 * 2 * 4 + 1
+
+
+def _bench_scale(tmp_path, *args: str) -> dict:
+    out = run_process([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--out", str(tmp_path), *args],
+                      env={"OMP_NUM_THREADS": "1"}, timeout=600).check("bench_scale")
+    line = json.loads(out.stdout.strip().splitlines()[-1])
+    assert json.loads((tmp_path / "bench_scale.json").read_text()) == line
+    assert (tmp_path / "bench_scale.png").stat().st_size > 0
+    return line
+
+
+def test_bench_scale_quick_run_and_a_run_that_does_not_fit(tmp_path):
+    """The smallest configuration through `fgx run` in a child: the JSON line's figures come from the
+    run's own records (FedAvg's bytes per round: the GCN's parameters down and up for every client);
+    under a tiny memory limit the child is killed, reported as not fitting, and the larger size skipped."""
+    line = _bench_scale(tmp_path, "--quick", "--tools", "fgx", "--algorithms", "fedavg")
+    (row,) = line["rows"]
+    assert row["status"] == "ok" and row["nodes"] == 2000 and row["clients"] == 10 and len(row["round_s"]) == 1
+    params = (64 * 64 + 64) + (64 * 5 + 5)           # OpenFGL's GCN on csbm: 64 features, 64 hidden, 5 classes
+    assert row["bytes_per_round"] == 2 * 10 * 4 * params
+    assert row["s_per_round"] > 0 and 100 < row["peak_rss_mb"] < 24 * 1024 and row["startup_s"] > 0
+    assert line["largest_fit"] == {"fgx fedavg 10 clients": {"largest_ok_nodes": 2000, "first_not_ok": None}}
+
+    line = _bench_scale(tmp_path, "--tools", "fgx", "--algorithms", "fedavg", "--sizes", "2000", "4000",
+                        "--clients", "10", "--rounds", "1", "--warmup", "0", "--mem-limit-gb", "0.05")
+    assert [(r["nodes"], r["status"]) for r in line["rows"]] == [(2000, "does not fit"), (4000, "skipped")]
+    assert line["rows"][0]["peak_rss_mb"] > 0.05 * 1024
+    assert line["largest_fit"]["fgx fedavg 10 clients"] == {"largest_ok_nodes": None,
+                                                            "first_not_ok": "does not fit at 2000"}
+
+
+def test_bench_scale_openfgl_trains_on_fgx_clients(tmp_path):
+    """OpenFGL beside fgx on the generated graph: its files are written from fgx's graph and METIS
+    clients (the bench fails when the test nodes per client differ)."""
+    pytest.importorskip("openfgl")
+    line = _bench_scale(tmp_path, "--quick", "--algorithms", "fedavg")
+    assert [(r["tool"], r["status"]) for r in line["rows"]] == [("fgx", "ok"), ("openfgl", "ok")]
+    assert line["rows"][1]["s_per_round"] > 0 and line["rows"][1]["bytes_per_round"] is None

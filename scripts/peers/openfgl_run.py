@@ -10,7 +10,12 @@ OpenFGL reads instead of simulating its own partition (``distrib/.../data_<i>.pt
 files), with the global Planetoid raw files copied from ``--data-dir``: OpenFGL then downloads and
 partitions nothing. Output (``--out``, JSON): start-up and training-loop seconds, and the final test
 accuracy of every client under ``--eval-model`` (local: each client's model after its local step,
-OpenFGL's local_model_on_local_data; global: the server's model on each client's data)."""
+OpenFGL's local_model_on_local_data; global: the server's model on each client's data), and the seconds of
+every round without its evaluation (``round_s``; OpenFGL evaluates every client after every round).
+
+``--graph`` (scripts/bench_scale.py): the global graph is a torch file fgx wrote (``x``, ``edge_index``,
+``y`` of a generated graph) instead of a dataset's raw files; OpenFGL's global-dataset loader is
+given it, and ``--dataset`` (a name OpenFGL accepts) only names OpenFGL's folders."""
 from __future__ import annotations
 
 import argparse
@@ -54,21 +59,40 @@ def save_client(processed: Path, split_dir: Path, cid: int, sub, ids, masks: dic
             pickle.dump(ids[mask].tolist(), f)
 
 
-def write_openfgl_files(args, clients_file: Path, data_dir: Path, dataset: str) -> None:
+class GeneratedGlobal:
+    """A generated graph in the shape OpenFGL's ``load_global_dataset`` returns for a node dataset (its
+    ``data``, ``num_classes`` and ``[0]``)."""
+
+    def __init__(self, path: Path):
+        import torch
+        from torch_geometric.data import Data
+
+        g = torch.load(path, weights_only=True)
+        self.data = Data(x=g["x"], edge_index=g["edge_index"], y=g["y"])
+        self.num_classes = int(g["y"].max()) + 1
+
+    def __getitem__(self, i: int):
+        return self.data
+
+
+def write_openfgl_files(args, clients_file: Path, data_dir: Path, dataset: str, graph: Path | None = None) -> None:
     """OpenFGL's own on-disk layout for the given clients: its FGLDataset then finds them "processed"."""
     import torch
     from torch_geometric.data import Data
     from openfgl.data.distributed_dataset_loader import FGLDataset
 
     spec = torch.load(clients_file, weights_only=True)
-    raw_src = data_dir / dataset / "raw"
-    raw_dst = Path(args.root) / "global" / "subgraph_fl" / dataset / "raw"
-    if not raw_dst.exists():
-        raw_dst.mkdir(parents=True)
-        for f in raw_src.iterdir():
-            shutil.copy(f, raw_dst / f.name)
-    from openfgl.data.global_dataset_loader import load_global_dataset
-    glob = load_global_dataset(str(Path(args.root) / "global"), scenario="subgraph_fl", dataset=dataset)
+    if graph is not None:
+        glob = GeneratedGlobal(graph)
+    else:
+        raw_src = data_dir / dataset / "raw"
+        raw_dst = Path(args.root) / "global" / "subgraph_fl" / dataset / "raw"
+        if not raw_dst.exists():
+            raw_dst.mkdir(parents=True)
+            for f in raw_src.iterdir():
+                shutil.copy(f, raw_dst / f.name)
+        from openfgl.data.global_dataset_loader import load_global_dataset
+        glob = load_global_dataset(str(Path(args.root) / "global"), scenario="subgraph_fl", dataset=dataset)
     data = glob[0]
     owner = spec["client"]
     if owner.numel() != data.num_nodes:
@@ -160,6 +184,7 @@ def main() -> int:
     ap.add_argument("--prepare-only", action="store_true", help="write OpenFGL's files and stop")
     ap.add_argument("--scenario", choices=["node", "graph"], default="node",
                     help="node: subgraph_fl node classification; graph: graph_fl graph classification")
+    ap.add_argument("--graph", default=None, help="torch file of a generated global graph (x, edge_index, y)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
 
@@ -183,8 +208,10 @@ def main() -> int:
     args.use_cuda = False
     args.seed = a.seed
     if a.prepare_only:
-        write = write_openfgl_files if a.scenario == "node" else write_openfgl_graph_files
-        write(args, Path(a.clients), Path(a.data_dir), a.dataset)
+        if a.scenario == "node":
+            write_openfgl_files(args, Path(a.clients), Path(a.data_dir), a.dataset, a.graph and Path(a.graph))
+        else:
+            write_openfgl_graph_files(args, Path(a.clients), Path(a.data_dir), a.dataset)
         return 0
     if a.scenario == "graph":
         # OpenFGL 1.1.0 reads a client's graphs (a pickled TUDataset subset, the files written above by this
@@ -194,17 +221,32 @@ def main() -> int:
     from openfgl.flcore.trainer import FGLTrainer
     from openfgl.utils.basic_utils import seed_everything
     allow_pyg_data_in_torch_load()
+    if a.graph:
+        import openfgl.data.distributed_dataset_loader as loader
+        loader.load_global_dataset = lambda *_, **__: GeneratedGlobal(Path(a.graph))
 
     torch.set_num_threads(int(os.environ.get("OMP_NUM_THREADS", torch.get_num_threads())))
     seed_everything(a.seed)
     with open(os.devnull, "w") as sink, redirect_stdout(sink):   # OpenFGL prints every client every round
         trainer = FGLTrainer(args)
+        round_s, eval_s, evaluate = [], [], trainer.evaluate
+
+        def timed_evaluate():      # the end of every round: its time without the evaluation
+            t = time.perf_counter()
+            evaluate()
+            eval_s.append(time.perf_counter() - t)
+            round_s.append(t - marks[-1])
+            marks.append(time.perf_counter())
+
+        trainer.evaluate = timed_evaluate
         t_loop = time.time()
+        marks = [time.perf_counter()]
         trainer.train()
         loop_s = time.time() - t_loop
         acc, rows = pooled_accuracy(trainer, a.eval_model)
     Path(a.out).write_text(json.dumps({
         "startup_s": t_loop - started if started else None, "train_time_s": loop_s, "accuracy": acc,
+        "round_s": round_s, "eval_s": eval_s,
         "per_client": rows, "openfgl_algorithm": args.fl_algorithm, "eval_model": a.eval_model}))
     return 0
 

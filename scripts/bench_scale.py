@@ -1,0 +1,360 @@
+"""How a round's cost grows with the graph and the number of clients (#41): FedAvg, FedGSP and CE-FedGNN
+on generated graphs (csbm) of growing size, split by METIS (pymetis) into 10, 100 and 1,000 clients,
+OpenFGL (openfgl-lib) beside fgx's FedAvg wherever it runs; CE-FedGNN also on the generated AML presets
+(the edge task, by_bank clients). Every run is one `fgx run` (or one OpenFGL process) in a child
+process under a memory limit and a timeout.
+
+    OMP_NUM_THREADS=1 nice -n 19 python scripts/bench_scale.py --sizes 10k 100k --clients 10 100 1000
+    python scripts/bench_scale.py --sizes 10k 100k 1M 2.5M aml_tiny aml_hi_small --timeout 3600 \\
+        --name full                                                          # the whole curve (hours)
+    python scripts/bench_scale.py --quick                                    # smoke: 2k nodes, 10 clients, 1 round
+
+Measured per run: seconds per round (the median of ``--rounds`` rounds after ``--warmup`` rounds; fgx:
+``round_time_s`` of metrics.jsonl, the clients' local steps and the exchange, without evaluation;
+OpenFGL: the time between its evaluations, without them), bytes per round (fgx: comm.json, the
+median over the same rounds; OpenFGL does not count them), peak RSS of the process and all its
+children (wait4 and a watchdog every 0.1 s), start-up (process start to round 1: generation,
+partition, clients) and the whole process. A run whose resident memory passes ``--mem-limit-gb``
+is killed and recorded as ``does not fit``, one past ``--timeout`` as ``timed out``; the larger
+sizes of that tool, algorithm and client count are then skipped (``skipped``), so the largest
+size that fits is the last ``ok`` of its line.
+
+Settings: each algorithm at its own defaults (conf/algorithm/*.yaml) on csbm (64 features, 5
+classes, average degree 8; its model: GCN, FedGSP's UniFilter), except FedAvg, which runs OpenFGL's
+setting on both sides: OpenFGL's GCN (2 GCNConv layers, 64 hidden, dropout 0.5, no Linear head)
+and ``--local-steps`` full-batch steps (OpenFGL's local epochs), with ``--executor`` (default
+batched: client-batched where the algorithm allows it, else one client after another). OpenFGL
+runs FedAvg on fgx's clients: a child writes fgx's csbm graph and METIS partition (the same code
+and seed as the fgx run), scripts/peers/openfgl_run.py writes OpenFGL's files from them, and the
+bench checks that both tools hold the same test nodes per client. OpenFGL has neither FedGSP nor
+CE-FedGNN.
+
+Output: a table on stderr, one JSON line on stdout, and under ``--out`` (results/benchmarks/scale)
+``<name>.json`` (the line) and ``<name>.png`` (s/round and peak RSS against nodes, one line per
+tool x algorithm x clients). The bench process itself never imports torch (a child's peak RSS
+starts at its parent's)."""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from fgx.bench import final_json, run_process  # noqa: E402
+
+DRIVER = REPO / "scripts" / "peers" / "openfgl_run.py"
+ALGORITHMS = ("fedavg", "fedgsp", "ce_fedgnn")
+TOOLS = ("fgx", "openfgl")
+OPENFGL_ALGORITHMS = ("fedavg",)           # of ALGORITHMS, those OpenFGL has
+AML_SIZES = ("aml_tiny", "aml_hi_small", "aml_hi_medium", "aml_hi_large")
+AML_ALGORITHMS = ("ce_fedgnn",)            # the edge task's algorithm here
+OPENFGL_DATASET = "Cora"                   # a name OpenFGL's checks accept; it only names its folders
+# OpenFGL's GCN (openfgl/model/gcn.py), as in scripts/bench_peers.py
+OPENFGL_GCN = ["model=gcn", "model.classifier=none", "model.layers=2", "model.hidden=64", "model.dropout=0.5"]
+
+
+def parse_size(tok: str) -> int | str:
+    """``10k``, ``2.5M``, ``100000`` or an AML preset name."""
+    if tok in AML_SIZES:
+        return tok
+    mult = {"k": 1_000, "m": 1_000_000}.get(tok[-1:].lower(), 1)
+    try:
+        n = float(tok[:-1] if mult > 1 else tok) * mult
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"size {tok!r}: a node count (10k, 2.5M, 100000) or one of {list(AML_SIZES)}")
+    if n < 10 or n != int(n):
+        raise argparse.ArgumentTypeError(f"size {tok!r}: a whole number of at least 10 nodes")
+    return int(n)
+
+
+def fgx_overrides(algo: str, size: int | str, clients: int, a, run_dir: Path) -> list[str]:
+    over = [f"algorithm={algo}", f"seed={a.seed}", f"rounds={a.warmup + a.rounds}", "eval_every=1",
+            "output.progress=off", "output.checkpoint=false", f"hydra.run.dir={run_dir}", f"executor={a.executor}",
+            f"data_dir={a.data_dir}"]
+    if isinstance(size, str):
+        over += [f"dataset={size}", "partitioner=by_bank", f"partitioner.num_clients={clients}"]
+    else:
+        over += ["dataset=csbm", f"dataset.num_nodes={size}", f"dataset.num_features={a.features}",
+                 "partitioner=metis", f"partitioner.num_clients={clients}"]
+    if algo == "fedavg":
+        over += [*OPENFGL_GCN, f"algorithm.local_steps={a.local_steps}"]
+    return [*over, *a.fgx_overrides]
+
+
+def write_graph(overrides: list[str], graph: Path, clients: Path) -> dict:
+    """Child mode: fgx's dataset and partition for ``overrides`` (the code and seed of the fgx run),
+    written for OpenFGL: the graph (x, edge_index, y) and the client of every node with the split."""
+    import torch
+
+    from fgx.cli import compose
+    from fgx.config import validate
+    from fgx.data.base import DataEnv
+    from fgx.trainer import log
+
+    v = validate(compose(overrides))
+    ds = v.entries["dataset"].obj(v.params["dataset"], DataEnv(data_dir=Path(v.top.data_dir), seed=v.top.seed, log=log))
+    parts = v.entries["partitioner"].obj(v.params["partitioner"], ds.data, ds.info, v.top.seed)
+    d = ds.data
+    owner = torch.full((d.num_nodes,), -1, dtype=torch.long)
+    for c, nodes in enumerate(parts):
+        owner[nodes] = c
+    torch.save({"x": d.x, "edge_index": d.edge_index, "y": d.y}, graph)
+    torch.save({"client": owner, "train_mask": d.train_mask, "val_mask": d.val_mask, "test_mask": d.test_mask}, clients)
+    return {"test_nodes": [int(d.test_mask[n].sum()) for n in parts]}
+
+
+def after_warmup(values: list[float], warmup: int) -> list[float]:
+    return values[warmup:] or values[-1:]
+
+
+def fgx_row(algo: str, size, clients: int, a, work: Path) -> dict:
+    d = work / f"fgx_{algo}_{size}_{clients}"
+    over = fgx_overrides(algo, size, clients, a, d)
+    r = run_process([sys.executable, "-m", "fgx.cli", "run", *over], timeout=a.timeout, raise_on_timeout=False,
+                    mem_limit_mb=a.mem_limit_gb * 1024, env=a.child_env)
+    row = {"tool": "fgx", "algorithm": algo, "clients": clients, "peak_rss_mb": round(r.peak_rss_mb, 1),
+           "process_s": round(r.wall_s, 2), "command": "fgx run " + " ".join(o for o in over if not o.startswith(
+               ("hydra.run.dir=", "data_dir=")))}
+    if r.limit or r.returncode != 0:
+        return {**row, **failure(r)}
+    s = json.loads((d / "summary.json").read_text())
+    part = json.loads((d / "partition.json").read_text())
+    comm = json.loads((d / "comm.json").read_text())
+    by_round = {m["round"]: m["round_time_s"] for m in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())}
+    rounds = sorted(by_round)
+    times = after_warmup([by_round[k] for k in rounds], a.warmup)
+    sent = after_warmup([sum(comm["per_round"].get(str(k), {}).values()) for k in rounds], a.warmup)
+    return {**row, "status": "ok", "nodes": sum(c["nodes"] for c in part["clients"]),
+            "edges": sum(c["internal_edges"] for c in part["clients"]) + part["cross_client_edges"],
+            "s_per_round": round(statistics.median(times), 4), "round_s": [round(t, 4) for t in times],
+            "bytes_per_round": int(statistics.median(sent)), "startup_s": s.get("startup_s") and round(s["startup_s"], 2),
+            "test_nodes": [c["test"] for c in part["clients"]]}
+
+
+def failure(r) -> dict:
+    if r.limit == "memory":
+        return {"status": "does not fit"}
+    if r.limit == "timeout":
+        return {"status": "timed out"}
+    tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
+    return {"status": "failed", "error": " | ".join(tail)[-400:]}
+
+
+def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_nodes: list[int] | None) -> dict:
+    d = work / f"openfgl_{algo}_{size}_{clients}"
+    d.mkdir(parents=True, exist_ok=True)
+    graph, spec = d / "graph.pt", d / "clients.pt"
+    row = {"tool": "openfgl", "algorithm": algo, "clients": clients}
+    over = fgx_overrides(algo, size, clients, a, d / "unused")
+    # the two steps that turn fgx's data into OpenFGL's files are the bench's, not OpenFGL's: no memory limit
+    w = run_process([sys.executable, __file__, "--write-graph", str(graph), str(spec), "--", *over],
+                    timeout=a.timeout, raise_on_timeout=False, env=a.child_env)
+    if w.limit or w.returncode != 0:
+        return {**row, **failure(w), "stage": "writing fgx's graph and clients"}
+    written = json.loads(w.stdout.strip().splitlines()[-1])
+    if fgx_test_nodes is not None and written["test_nodes"] != fgx_test_nodes:
+        raise RuntimeError(f"the written clients of {size} nodes / {clients} clients are not the ones fgx trained on")
+    cmd = [a.peer_python, str(DRIVER), "--root", str(d / "root"), "--data-dir", str(d), "--clients", str(spec),
+           "--graph", str(graph), "--dataset", OPENFGL_DATASET, "--algorithm", algo,
+           "--rounds", str(a.warmup + a.rounds), "--epochs", str(a.local_steps), "--num-clients", str(clients),
+           "--seed", str(a.seed), "--out", str(d / "out.json")]
+    env = {**a.child_env, "PYTHONWARNINGS": "ignore"}
+    p = run_process([*cmd, "--prepare-only"], timeout=a.timeout, raise_on_timeout=False, env=env)
+    if p.limit or p.returncode != 0:
+        return {**row, **failure(p), "stage": "writing OpenFGL's client files"}
+    r = run_process(cmd, timeout=a.timeout, raise_on_timeout=False, mem_limit_mb=a.mem_limit_gb * 1024, env=env)
+    row.update({"peak_rss_mb": round(r.peak_rss_mb, 1), "process_s": round(r.wall_s, 2)})
+    if r.limit or r.returncode != 0:
+        return {**row, **failure(r)}
+    res = json.loads((d / "out.json").read_text())
+    if fgx_test_nodes is not None and [c["test_nodes"] for c in res["per_client"]] != fgx_test_nodes:
+        raise RuntimeError("OpenFGL did not train on fgx's clients (test nodes per client differ)")
+    times = after_warmup(res["round_s"], a.warmup)
+    return {**row, "status": "ok", "nodes": size, "s_per_round": round(statistics.median(times), 4),
+            "round_s": [round(t, 4) for t in times], "bytes_per_round": None,
+            "startup_s": res["startup_s"] and round(res["startup_s"], 2)}
+
+
+def lanes_and_runs(a):
+    """The runs in order (size ascending), each on its lane (tool, algorithm, clients, dataset kind)."""
+    for size in sorted(a.sizes, key=lambda s: (isinstance(s, str), AML_SIZES.index(s) if isinstance(s, str) else s)):
+        aml = isinstance(size, str)
+        for clients in (a.aml_clients if aml else a.clients):
+            if not aml and clients > size:
+                continue
+            for algo in a.algorithms:
+                if aml and algo not in AML_ALGORITHMS:
+                    continue
+                for tool in a.tools:
+                    if tool == "openfgl" and (aml or algo not in OPENFGL_ALGORITHMS):
+                        continue
+                    yield (tool, algo, clients, "aml" if aml else "csbm"), size
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
+    lines: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["status"] == "ok":
+            lines.setdefault((r["tool"], r["algorithm"], r["clients"], r["dataset"]), []).append(r)
+    for (tool, algo, clients, kind), pts in sorted(lines.items()):
+        pts.sort(key=lambda r: r["nodes"])
+        label = f"{tool} {algo}, {clients} clients" + (" (AML)" if kind == "aml" else "")
+        style = dict(marker="o" if tool == "fgx" else "s", linestyle="-" if tool == "fgx" else "--")
+        for ax, key in zip(axes, ("s_per_round", "peak_rss_mb")):
+            ax.plot([r["nodes"] for r in pts], [r[key] for r in pts], label=label, **style)
+    for ax, ylabel in zip(axes, ("s/round (median)", "peak RSS (MB)")):
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+    if lines:
+        axes[1].legend(fontsize=7, loc="upper left")
+    fig.suptitle(title, fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def git_commit() -> str | None:
+    out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return out.stdout.strip() or None
+
+
+def default_peer_python() -> str | None:
+    env = os.environ.get("FGX_PEER_PYTHON")
+    if env:
+        return env
+    return sys.executable if importlib.util.find_spec("openfgl") is not None else None
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--write-graph"]:                        # internal: the child that writes OpenFGL's input
+        graph, spec, _, *over = argv[1:]
+        print(json.dumps(write_graph(over, Path(graph), Path(spec))))
+        return 0
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", type=parse_size, nargs="+", default=[10_000, 100_000],
+                    help=f"csbm node counts (10k, 2.5M) and AML presets {list(AML_SIZES)} (CE-FedGNN only)")
+    ap.add_argument("--clients", type=int, nargs="+", default=[10, 100, 1000], help="METIS clients of the csbm graphs")
+    ap.add_argument("--aml-clients", type=int, nargs="+", default=[4], help="by_bank clients of the AML presets")
+    ap.add_argument("--algorithms", default=",".join(ALGORITHMS), help=f"comma-separated, from {list(ALGORITHMS)}")
+    ap.add_argument("--tools", default="fgx,openfgl", help="comma-separated, from fgx,openfgl (OpenFGL: FedAvg on csbm)")
+    ap.add_argument("--rounds", type=int, default=2, help="measured rounds per run (after --warmup)")
+    ap.add_argument("--warmup", type=int, default=1, help="rounds run first and left out of the median")
+    ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run (one process) may take")
+    ap.add_argument("--mem-limit-gb", type=float, default=24.0, help="resident memory one run may use")
+    ap.add_argument("--local-steps", type=int, default=1, help="FedAvg's full-batch steps per round (both tools)")
+    ap.add_argument("--features", type=int, default=64, help="csbm features")
+    ap.add_argument("--executor", default="batched", help="fgx's executor (local | batched)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--peer-python", default=default_peer_python(),
+                    help="interpreter with openfgl-lib (default: $FGX_PEER_PYTHON, else this one if it has openfgl)")
+    ap.add_argument("--data-dir", default=None, help="fgx data root (AML: real CSVs or generated data; default: "
+                                                     "a temporary directory)")
+    ap.add_argument("--work-dir", default=None, help="keep run directories here (default: a temporary directory)")
+    ap.add_argument("--out", default=str(REPO / "results" / "benchmarks" / "scale"), help="folder of <name>.json/.png")
+    ap.add_argument("--name", default="bench_scale", help="file name stem of the outputs")
+    ap.add_argument("--quick", action="store_true", help="smoke run: 2k nodes, 10 clients, 1 round, no warm-up")
+    ap.add_argument("fgx_overrides", nargs="*", help="extra fgx overrides for every fgx run (e.g. device=cuda)")
+    a = ap.parse_args(argv)
+    if a.quick:
+        a.sizes, a.clients, a.rounds, a.warmup = [2000], [10], 1, 0
+    a.algorithms = [x for x in a.algorithms.split(",") if x]
+    a.tools = [x for x in a.tools.split(",") if x]
+    bad = [x for x in a.algorithms if x not in ALGORITHMS] + [x for x in a.tools if x not in TOOLS]
+    if bad:
+        ap.error(f"unknown {bad}: --algorithms from {list(ALGORITHMS)}, --tools from {list(TOOLS)}")
+    if a.rounds < 1 or a.warmup < 0 or a.local_steps < 1 or a.mem_limit_gb <= 0 or a.timeout <= 0:
+        ap.error("--rounds and --local-steps must be >= 1, --warmup >= 0, --mem-limit-gb and --timeout > 0")
+    if min(a.clients + a.aml_clients) < 1:
+        ap.error("--clients and --aml-clients must be >= 1")
+    if "openfgl" in a.tools and not a.peer_python:
+        ap.error("no OpenFGL interpreter: pip install -e '.[peers]' (after pinning torch), pass --peer-python, or "
+                 "leave it out with --tools fgx")
+    # every child: one thread unless told otherwise, and fgx importable from the peer's driver's parent
+    a.child_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
+                   "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
+    out_dir = Path(a.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    load_before = os.getloadavg()
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory(prefix="fgx_bench_scale_") as tmp:
+        work = Path(a.work_dir or tmp).resolve()
+        work.mkdir(parents=True, exist_ok=True)
+        a.data_dir = str(Path(a.data_dir or work / "data").resolve())
+        stopped: dict[tuple, str] = {}
+        test_nodes: dict[tuple, list[int]] = {}
+        for lane, size in lanes_and_runs(a):
+            tool, algo, clients, kind = lane
+            base = {"tool": tool, "algorithm": algo, "clients": clients, "dataset": kind,
+                    "size": size if kind == "aml" else None}
+            if lane in stopped:
+                row = {**base, "status": "skipped", "nodes": size if kind == "csbm" else None,
+                       "why": f"a smaller size {stopped[lane]}"}
+            else:
+                t = time.perf_counter()
+                if tool == "fgx":
+                    row = {**base, **fgx_row(algo, size, clients, a, work)}
+                    if algo == "fedavg" and row["status"] == "ok":
+                        test_nodes[(size, clients)] = row["test_nodes"]
+                else:
+                    row = {**base, **openfgl_row(algo, size, clients, a, work, test_nodes.get((size, clients)))}
+                row.setdefault("nodes", size if kind == "csbm" else None)
+                row.pop("test_nodes", None)
+                if row["status"] in ("does not fit", "timed out"):
+                    stopped[lane] = f"{row['status']} ({row['nodes'] or size})"
+                print(f"[scale] {tool:<8} {algo:<10} {kind} {size} nodes, {clients:>5} clients: {row['status']}"
+                      + (f", {row['s_per_round']:.3f} s/round, {row['peak_rss_mb']:.0f} MB peak" if row["status"] == "ok"
+                         else f" {row.get('error', '')}") + f" ({time.perf_counter() - t:.0f} s)", file=sys.stderr,
+                      flush=True)
+            rows.append(row)
+    largest: dict[str, dict] = {}
+    for r in rows:
+        key = f"{r['tool']} {r['algorithm']} {r['clients']} clients" + (" aml" if r["dataset"] == "aml" else "")
+        cur = largest.setdefault(key, {"largest_ok_nodes": None, "first_not_ok": None})
+        if r["status"] == "ok":
+            cur["largest_ok_nodes"] = max(cur["largest_ok_nodes"] or 0, r["nodes"])
+        elif cur["first_not_ok"] is None and r["status"] != "skipped":
+            cur["first_not_ok"] = f"{r['status']} at {r['nodes'] or r['size']}"
+    print(f"{'tool':<8} {'algorithm':<10} {'data':<14} {'nodes':>9} {'clients':>7} {'status':<13} {'s/round':>9} "
+          f"{'MB/round':>9} {'peak RSS MB':>11} {'start-up s':>10}", file=sys.stderr)
+    for r in rows:
+        ok = r["status"] == "ok"
+
+        def cell(key: str, fmt: str, scale: float = 1.0) -> str:
+            return format(r[key] / scale, fmt) if ok and r.get(key) is not None else ""
+
+        print(f"{r['tool']:<8} {r['algorithm']:<10} {r['size'] or 'csbm':<14} {r['nodes'] or '':>9} {r['clients']:>7} "
+              f"{r['status']:<13} {cell('s_per_round', '.3f'):>9} {cell('bytes_per_round', '.3f', 1e6):>9} "
+              f"{cell('peak_rss_mb', '.0f'):>11} {cell('startup_s', '.1f'):>10}", file=sys.stderr)
+    result = {"bench": "scale", "commit": git_commit(), "rounds": a.rounds, "warmup": a.warmup,
+              "mem_limit_gb": a.mem_limit_gb, "timeout_s": a.timeout, "executor": a.executor,
+              "fedavg_local_steps": a.local_steps, "features": a.features, "seed": a.seed,
+              "partitioner": "metis (pymetis) for csbm, by_bank for AML", "omp_num_threads": a.child_env["OMP_NUM_THREADS"],
+              "cpus": os.cpu_count(), "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+              "fgx_overrides": a.fgx_overrides, "largest_fit": largest, "rows": rows}
+    (out_dir / f"{a.name}.json").write_text(json.dumps(result) + "\n")
+    plot(rows, out_dir / f"{a.name}.png", f"fgx scale bench at {result['commit']}: median s/round of {a.rounds} rounds "
+         f"after {a.warmup}, peak RSS; limit {a.mem_limit_gb:g} GB, {result['omp_num_threads']} thread(s)")
+    final_json(result)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -33,6 +33,7 @@ class ProcessResult:
     stdout: str
     stderr: str
     limit: str | None = None      # "timeout" or "memory": the child was killed for passing that limit
+    cpu_s: float = 0.0            # the child's user + system CPU seconds (wait4): its wall time on a free core
 
     def check(self, what: str) -> "ProcessResult":
         if self.returncode != 0:
@@ -41,25 +42,30 @@ class ProcessResult:
         return self
 
 
-def _tree_rss_mb(pid: int) -> float:
-    """Resident memory of ``pid`` and all its descendants, from /proc (0 where it is gone)."""
-    total, todo = 0.0, [pid]
+def _tree_usage(pid: int) -> tuple[float, float]:
+    """Resident memory (MB) and CPU seconds (user + system) of ``pid`` and all its live descendants,
+    from /proc (0 where it is gone)."""
+    rss, cpu, todo = 0.0, 0.0, [pid]
+    tick = os.sysconf("SC_CLK_TCK")
     while todo:
         p = todo.pop()
         try:
             with open(f"/proc/{p}/status") as f:
-                total += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024.0
+                rss += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024.0
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            cpu += (int(fields[11]) + int(fields[12])) / tick        # utime, stime (fields 14, 15 of stat)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
                     todo += [int(c) for c in f.read().split()]
-        except (OSError, ValueError):
+        except (OSError, ValueError, IndexError):
             continue
-    return total
+    return rss, cpu
 
 
 def run_process(cmd: list[str], env: Mapping[str, str] | None = None, cwd: str | Path | None = None,
                 timeout: float | None = None, mem_limit_mb: float | None = None,
-                raise_on_timeout: bool = True, poll_s: float = 0.1) -> ProcessResult:
+                raise_on_timeout: bool = True, cpu_timeout: float | None = None, poll_s: float = 0.1) -> ProcessResult:
     """Run ``cmd`` to completion. Peak RSS is the child's own, from ``wait4`` (``RUSAGE_CHILDREN``
     would give the largest child this process ever had); its output goes to temporary files, so a
     chatty child can never block on a full pipe. On Linux a child's peak RSS is at least this
@@ -71,13 +77,15 @@ def run_process(cmd: list[str], env: Mapping[str, str] | None = None, cwd: str |
     ``wait4`` peak passes it between two reads counts as over it too. Resident memory, not address
     space: RLIMIT_AS would also count torch's reserved but untouched virtual memory. ``timeout``
     kills the child (with a memory limit: its whole process group); it raises unless ``raise_on_timeout=False`` (then
-    ``limit="timeout"``)."""
+    ``limit="timeout"``). ``cpu_timeout``: the same watchdog kills the child once the CPU seconds of
+    its tree pass it (``limit="timeout"``): a limit that other work on a shared machine cannot
+    shorten."""
     full_env = {**os.environ, **(env or {})}
     limit: list[str] = []
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         t0 = time.perf_counter()
-        # with a memory limit the child gets its own process group, so that its descendants die with it
-        group = bool(mem_limit_mb)
+        # with a watchdog the child gets its own process group, so that its descendants die with it
+        group = bool(mem_limit_mb or cpu_timeout)
         proc = subprocess.Popen(cmd, env=full_env, cwd=cwd, stdout=out, stderr=err, text=True,
                                 start_new_session=group)
         done = threading.Event()
@@ -93,14 +101,17 @@ def run_process(cmd: list[str], env: Mapping[str, str] | None = None, cwd: str |
 
         def watch() -> None:
             while not done.wait(poll_s):
-                rss = _tree_rss_mb(proc.pid)
+                rss, cpu = _tree_usage(proc.pid)
                 watched_mb[0] = max(watched_mb[0], rss)
-                if rss > mem_limit_mb:
+                if mem_limit_mb and rss > mem_limit_mb:
                     kill("memory")
+                    return
+                if cpu_timeout and cpu > cpu_timeout:
+                    kill("timeout")
                     return
 
         killer = threading.Timer(timeout, kill, ("timeout",)) if timeout else None
-        watcher = threading.Thread(target=watch, daemon=True) if mem_limit_mb else None
+        watcher = threading.Thread(target=watch, daemon=True) if group else None
         for t in (killer, watcher):
             if t:
                 t.start()
@@ -122,8 +133,9 @@ def run_process(cmd: list[str], env: Mapping[str, str] | None = None, cwd: str |
     if mem_limit_mb and not limit and rss_mb > mem_limit_mb:
         limit.append("memory")
     if limit == ["timeout"] and raise_on_timeout:
-        raise RuntimeError(f"{cmd[0]} ran past {timeout} s and was killed")
-    return ProcessResult(proc.returncode, wall, rss_mb, stdout, stderr, limit[0] if limit else None)
+        raise RuntimeError(f"{cmd[0]} ran past {timeout or cpu_timeout} s and was killed")
+    return ProcessResult(proc.returncode, wall, rss_mb, stdout, stderr, limit[0] if limit else None,
+                         usage.ru_utime + usage.ru_stime)
 
 
 def _summary(values: list[float]) -> dict[str, float]:

@@ -8,14 +8,17 @@ process under a memory limit and a timeout.
     python scripts/bench_scale.py --sizes 10k 100k 1M 2.5M aml_tiny aml_hi_small --timeout 3600 \\
         --name full                                                          # the whole curve (hours)
     python scripts/bench_scale.py --quick                                    # smoke: 2k nodes, 10 clients, 1 round
+    python scripts/bench_scale.py --markdown results/benchmarks/scale/bench_scale.json   # the docs' table
+    python scripts/bench_scale.py --plot results/benchmarks/scale/bench_scale.json       # its plot again
 
 Measured per run: seconds per round (the median of ``--rounds`` rounds after ``--warmup`` rounds; fgx:
 ``round_time_s`` of metrics.jsonl, the clients' local steps and the exchange, without evaluation;
 OpenFGL: the time between its evaluations, without them), bytes per round (fgx: comm.json, the
 median over the same rounds; OpenFGL does not count them), peak RSS of the process and all its
 children (wait4 and a watchdog every 0.1 s), start-up (process start to round 1: generation,
-partition, clients) and the whole process. A run whose resident memory passes ``--mem-limit-gb``
-is killed and recorded as ``does not fit``, one past ``--timeout`` as ``timed out``; the larger
+partition, clients), the whole process and its CPU share (CPU seconds per wall second: near 1 on a
+free core). A run whose resident memory passes ``--mem-limit-gb`` is killed and recorded as ``does not
+fit``, one past ``--timeout`` (wall) or ``--cpu-timeout`` (CPU seconds) as ``timed out``; the larger
 sizes of that tool, algorithm and client count are then skipped (``skipped``), so the largest
 size that fits is the last ``ok`` of its line.
 
@@ -29,8 +32,9 @@ and seed as the fgx run), scripts/peers/openfgl_run.py writes OpenFGL's files fr
 bench checks that both tools hold the same test nodes per client. OpenFGL has neither FedGSP nor
 CE-FedGNN.
 
-Output: a table on stderr, one JSON line on stdout, and under ``--out`` (results/benchmarks/scale)
-``<name>.json`` (the line) and ``<name>.png`` (s/round and peak RSS against nodes, one line per
+Output: a markdown table on stderr (``--markdown <name>.json`` prints it again), one JSON line on stdout, and under ``--out`` (results/benchmarks/scale)
+``<name>.json`` (the line, rewritten after every run with ``"done": false`` until the end) and
+``<name>.png`` (s/round and peak RSS against nodes, one line per
 tool x algorithm x clients). The bench process itself never imports torch (a child's peak RSS
 starts at its parent's)."""
 from __future__ import annotations
@@ -119,10 +123,10 @@ def after_warmup(values: list[float], warmup: int) -> list[float]:
 def fgx_row(algo: str, size, clients: int, a, work: Path) -> dict:
     d = work / f"fgx_{algo}_{size}_{clients}"
     over = fgx_overrides(algo, size, clients, a, d)
-    r = run_process([sys.executable, "-m", "fgx.cli", "run", *over], timeout=a.timeout, raise_on_timeout=False,
+    r = run_process([sys.executable, "-m", "fgx.cli", "run", *over], timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False,
                     mem_limit_mb=a.mem_limit_gb * 1024, env=a.child_env)
     row = {"tool": "fgx", "algorithm": algo, "clients": clients, "peak_rss_mb": round(r.peak_rss_mb, 1),
-           "process_s": round(r.wall_s, 2), "command": "fgx run " + " ".join(o for o in over if not o.startswith(
+           "process_s": round(r.wall_s, 2), "cpu_share": cpu_share(r), "command": "fgx run " + " ".join(o for o in over if not o.startswith(
                ("hydra.run.dir=", "data_dir=")))}
     if r.limit or r.returncode != 0:
         return {**row, **failure(r)}
@@ -138,6 +142,12 @@ def fgx_row(algo: str, size, clients: int, a, work: Path) -> dict:
             "s_per_round": round(statistics.median(times), 4), "round_s": [round(t, 4) for t in times],
             "bytes_per_round": int(statistics.median(sent)), "startup_s": s.get("startup_s") and round(s["startup_s"], 2),
             "test_nodes": [c["test"] for c in part["clients"]]}
+
+
+def cpu_share(r) -> float:
+    """The child's CPU seconds per wall second: about 1 (one thread) when it had a core to itself,
+    far below when other work held the cores (its wall times are then inflated by about 1/share)."""
+    return round(r.cpu_s / max(r.wall_s, 1e-9), 3)
 
 
 def failure(r) -> dict:
@@ -157,7 +167,7 @@ def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_node
     over = fgx_overrides(algo, size, clients, a, d / "unused")
     # the two steps that turn fgx's data into OpenFGL's files are the bench's, not OpenFGL's: no memory limit
     w = run_process([sys.executable, __file__, "--write-graph", str(graph), str(spec), "--", *over],
-                    timeout=a.timeout, raise_on_timeout=False, env=a.child_env)
+                    timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False, env=a.child_env)
     if w.limit or w.returncode != 0:
         return {**row, **failure(w), "stage": "writing fgx's graph and clients"}
     written = json.loads(w.stdout.strip().splitlines()[-1])
@@ -168,11 +178,11 @@ def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_node
            "--rounds", str(a.warmup + a.rounds), "--epochs", str(a.local_steps), "--num-clients", str(clients),
            "--seed", str(a.seed), "--out", str(d / "out.json")]
     env = {**a.child_env, "PYTHONWARNINGS": "ignore"}
-    p = run_process([*cmd, "--prepare-only"], timeout=a.timeout, raise_on_timeout=False, env=env)
+    p = run_process([*cmd, "--prepare-only"], timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False, env=env)
     if p.limit or p.returncode != 0:
         return {**row, **failure(p), "stage": "writing OpenFGL's client files"}
-    r = run_process(cmd, timeout=a.timeout, raise_on_timeout=False, mem_limit_mb=a.mem_limit_gb * 1024, env=env)
-    row.update({"peak_rss_mb": round(r.peak_rss_mb, 1), "process_s": round(r.wall_s, 2)})
+    r = run_process(cmd, timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False, mem_limit_mb=a.mem_limit_gb * 1024, env=env)
+    row.update({"peak_rss_mb": round(r.peak_rss_mb, 1), "process_s": round(r.wall_s, 2), "cpu_share": cpu_share(r)})
     if r.limit or r.returncode != 0:
         return {**row, **failure(r)}
     res = json.loads((d / "out.json").read_text())
@@ -230,6 +240,29 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def plot_result(result: dict, path: Path) -> None:
+    plot(result["rows"], path, f"fgx scale bench at {result['commit']}: median s/round of {result['rounds']} rounds after "
+         f"{result['warmup']}, peak RSS; limit {result['mem_limit_gb']:g} GB, {result['omp_num_threads']} thread(s)"
+         + ("" if result.get("done") else " (partial)"))
+
+
+def markdown(result: dict) -> str:
+    """The table of docs/performance.md from a written ``<name>.json``: one row per run."""
+    out = ["| tool | algorithm | data | nodes | clients | status | s/round | MB/round | peak RSS MB | start-up s | CPU share |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in result["rows"]:
+        def cell(key: str, fmt: str, scale: float = 1.0) -> str:
+            return format(r[key] / scale, fmt) if r.get(key) is not None else ""
+
+        lines = r.get("error", "").split(" | ")
+        why = next((x for x in reversed(lines) if "error" in x.lower()), lines[-1]).strip()
+        status = r["status"] if r["status"] != "failed" else f"failed: {why[:140]}{'...' if len(why) > 140 else ''}"
+        out.append(f"| {r['tool']} | {r['algorithm']} | {r['size'] or 'csbm'} | {r['nodes'] or ''} | {r['clients']} | "
+                   f"{status} | {cell('s_per_round', '.3f')} | {cell('bytes_per_round', '.3f', 1e6)} | "
+                   f"{cell('peak_rss_mb', ',.0f')} | {cell('startup_s', '.1f')} | {cell('cpu_share', '.2f')} |")
+    return "\n".join(out)
+
+
 def git_commit() -> str | None:
     out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or None
@@ -242,8 +275,35 @@ def default_peer_python() -> str | None:
     return sys.executable if importlib.util.find_spec("openfgl") is not None else None
 
 
+def summarise(a, rows: list[dict], load_before, done: bool) -> dict:
+    """The JSON line: the settings, the largest size of every line that ran, and every run (``done``:
+    false while the bench still runs; the file is rewritten after every run)."""
+    largest: dict[str, dict] = {}
+    for r in rows:
+        key = f"{r['tool']} {r['algorithm']} {r['clients']} clients" + (" aml" if r["dataset"] == "aml" else "")
+        cur = largest.setdefault(key, {"largest_ok_nodes": None, "first_not_ok": None})
+        if r["status"] == "ok":
+            cur["largest_ok_nodes"] = max(cur["largest_ok_nodes"] or 0, r["nodes"])
+        elif cur["first_not_ok"] is None and r["status"] != "skipped":
+            cur["first_not_ok"] = f"{r['status']} at {r['nodes'] or r['size']}"
+    return {"bench": "scale", "done": done, "commit": git_commit(), "rounds": a.rounds, "warmup": a.warmup,
+            "mem_limit_gb": a.mem_limit_gb, "timeout_s": a.timeout,
+            "cpu_timeout_s": a.cpu_timeout, "executor": a.executor,
+            "fedavg_local_steps": a.local_steps, "features": a.features, "seed": a.seed,
+            "partitioner": "metis (pymetis) for csbm, by_bank for AML", "omp_num_threads": a.child_env["OMP_NUM_THREADS"],
+            "cpus": os.cpu_count(), "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
+            "fgx_overrides": a.fgx_overrides, "largest_fit": largest, "rows": rows}
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--markdown"]:                           # the docs' table from a written <name>.json
+        print(markdown(json.loads(Path(argv[1]).read_text())))
+        return 0
+    if argv[:1] == ["--plot"]:                               # the plot again from a (partial) <name>.json
+        written = Path(argv[1])
+        plot_result(json.loads(written.read_text()), written.with_suffix(".png"))
+        return 0
     if argv[:1] == ["--write-graph"]:                        # internal: the child that writes OpenFGL's input
         graph, spec, _, *over = argv[1:]
         print(json.dumps(write_graph(over, Path(graph), Path(spec))))
@@ -258,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2, help="measured rounds per run (after --warmup)")
     ap.add_argument("--warmup", type=int, default=1, help="rounds run first and left out of the median")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run (one process) may take")
+    ap.add_argument("--cpu-timeout", type=float, default=None,
+                    help="CPU seconds one run may take (a shared machine's other work cannot shorten it)")
     ap.add_argument("--mem-limit-gb", type=float, default=24.0, help="resident memory one run may use")
     ap.add_argument("--local-steps", type=int, default=1, help="FedAvg's full-batch steps per round (both tools)")
     ap.add_argument("--features", type=int, default=64, help="csbm features")
@@ -280,8 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in a.algorithms if x not in ALGORITHMS] + [x for x in a.tools if x not in TOOLS]
     if bad:
         ap.error(f"unknown {bad}: --algorithms from {list(ALGORITHMS)}, --tools from {list(TOOLS)}")
-    if a.rounds < 1 or a.warmup < 0 or a.local_steps < 1 or a.mem_limit_gb <= 0 or a.timeout <= 0:
-        ap.error("--rounds and --local-steps must be >= 1, --warmup >= 0, --mem-limit-gb and --timeout > 0")
+    if a.rounds < 1 or a.warmup < 0 or a.local_steps < 1 or a.mem_limit_gb <= 0 or a.timeout <= 0 or (
+            a.cpu_timeout is not None and a.cpu_timeout <= 0):
+        ap.error("--rounds and --local-steps must be >= 1, --warmup >= 0, --mem-limit-gb and the timeouts > 0")
     if min(a.clients + a.aml_clients) < 1:
         ap.error("--clients and --aml-clients must be >= 1")
     if "openfgl" in a.tools and not a.peer_python:
@@ -321,37 +384,14 @@ def main(argv: list[str] | None = None) -> int:
                     stopped[lane] = f"{row['status']} ({row['nodes'] or size})"
                 print(f"[scale] {tool:<8} {algo:<10} {kind} {size} nodes, {clients:>5} clients: {row['status']}"
                       + (f", {row['s_per_round']:.3f} s/round, {row['peak_rss_mb']:.0f} MB peak" if row["status"] == "ok"
-                         else f" {row.get('error', '')}") + f" ({time.perf_counter() - t:.0f} s)", file=sys.stderr,
-                      flush=True)
+                         else f" {row.get('error', '')}")
+                      + f" ({time.perf_counter() - t:.0f} s, CPU share {row.get('cpu_share')})", file=sys.stderr, flush=True)
             rows.append(row)
-    largest: dict[str, dict] = {}
-    for r in rows:
-        key = f"{r['tool']} {r['algorithm']} {r['clients']} clients" + (" aml" if r["dataset"] == "aml" else "")
-        cur = largest.setdefault(key, {"largest_ok_nodes": None, "first_not_ok": None})
-        if r["status"] == "ok":
-            cur["largest_ok_nodes"] = max(cur["largest_ok_nodes"] or 0, r["nodes"])
-        elif cur["first_not_ok"] is None and r["status"] != "skipped":
-            cur["first_not_ok"] = f"{r['status']} at {r['nodes'] or r['size']}"
-    print(f"{'tool':<8} {'algorithm':<10} {'data':<14} {'nodes':>9} {'clients':>7} {'status':<13} {'s/round':>9} "
-          f"{'MB/round':>9} {'peak RSS MB':>11} {'start-up s':>10}", file=sys.stderr)
-    for r in rows:
-        ok = r["status"] == "ok"
-
-        def cell(key: str, fmt: str, scale: float = 1.0) -> str:
-            return format(r[key] / scale, fmt) if ok and r.get(key) is not None else ""
-
-        print(f"{r['tool']:<8} {r['algorithm']:<10} {r['size'] or 'csbm':<14} {r['nodes'] or '':>9} {r['clients']:>7} "
-              f"{r['status']:<13} {cell('s_per_round', '.3f'):>9} {cell('bytes_per_round', '.3f', 1e6):>9} "
-              f"{cell('peak_rss_mb', '.0f'):>11} {cell('startup_s', '.1f'):>10}", file=sys.stderr)
-    result = {"bench": "scale", "commit": git_commit(), "rounds": a.rounds, "warmup": a.warmup,
-              "mem_limit_gb": a.mem_limit_gb, "timeout_s": a.timeout, "executor": a.executor,
-              "fedavg_local_steps": a.local_steps, "features": a.features, "seed": a.seed,
-              "partitioner": "metis (pymetis) for csbm, by_bank for AML", "omp_num_threads": a.child_env["OMP_NUM_THREADS"],
-              "cpus": os.cpu_count(), "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-              "fgx_overrides": a.fgx_overrides, "largest_fit": largest, "rows": rows}
+            (out_dir / f"{a.name}.json").write_text(json.dumps(summarise(a, rows, load_before, done=False)) + "\n")
+    result = summarise(a, rows, load_before, done=True)
+    print(markdown(result), file=sys.stderr)
     (out_dir / f"{a.name}.json").write_text(json.dumps(result) + "\n")
-    plot(rows, out_dir / f"{a.name}.png", f"fgx scale bench at {result['commit']}: median s/round of {a.rounds} rounds "
-         f"after {a.warmup}, peak RSS; limit {a.mem_limit_gb:g} GB, {result['omp_num_threads']} thread(s)")
+    plot_result(result, out_dir / f"{a.name}.png")
     final_json(result)
     return 0
 

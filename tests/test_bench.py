@@ -100,6 +100,11 @@ def test_run_process_timeout_can_be_a_result_instead_of_an_error():
     assert r.limit == "timeout" and "survived" not in r.stdout
     with pytest.raises(RuntimeError, match="ran past"):
         run_process([sys.executable, "-c", "import time; time.sleep(20)"], timeout=1)
+    # a CPU-time limit counts the child's CPU seconds, not its sleep (the sleeper outlives a 1 s CPU limit)
+    busy = run_process([sys.executable, "-c", "while True: pass"], cpu_timeout=1, timeout=120, raise_on_timeout=False)
+    assert busy.limit == "timeout" and busy.cpu_s >= 1
+    idle = run_process([sys.executable, "-c", "import time; time.sleep(1.5); print('survived')"], cpu_timeout=1)
+    assert idle.limit is None and idle.stdout.strip() == "survived"
 
 
 def test_bench_scale_sizes_and_runs():
@@ -136,6 +141,7 @@ def test_bench_scale_quick_run_and_a_run_that_does_not_fit(tmp_path):
     params = (64 * 64 + 64) + (64 * 5 + 5)           # OpenFGL's GCN on csbm: 64 features, 64 hidden, 5 classes
     assert row["bytes_per_round"] == 2 * 10 * 4 * params
     assert row["s_per_round"] > 0 and 100 < row["peak_rss_mb"] < 24 * 1024 and row["startup_s"] > 0
+    assert 0 < row["cpu_share"] and row["command"].startswith("fgx run algorithm=fedavg")
     assert line["largest_fit"] == {"fgx fedavg 10 clients": {"largest_ok_nodes": 2000, "first_not_ok": None}}
 
     line = _bench_scale(tmp_path, "--tools", "fgx", "--algorithms", "fedavg", "--sizes", "2000", "4000",

@@ -4,7 +4,9 @@ OpenFGL (openfgl-lib) beside fgx's FedAvg wherever it runs; CE-FedGNN also on th
 (the edge task, by_bank clients). Every run is one `fgx run` (or one OpenFGL process) in a child
 process under a memory limit and a timeout.
 
-    OMP_NUM_THREADS=1 nice -n 19 python scripts/bench_scale.py --sizes 10k 100k --clients 10 100 1000
+    OMP_NUM_THREADS=1 python scripts/bench_scale.py                          # 10k and 100k nodes, 10/100/1,000 clients
+    OMP_NUM_THREADS=1 nice -n 19 python scripts/bench_scale.py --sizes 10k 100k aml_tiny --cpu-timeout 600 \
+        --timeout 7200                                                       # on a shared machine (CPU-second limit)
     python scripts/bench_scale.py --sizes 10k 100k 1M 2.5M aml_tiny aml_hi_small --timeout 3600 \\
         --name full                                                          # the whole curve (hours)
     python scripts/bench_scale.py --quick                                    # smoke: 2k nodes, 10 clients, 1 round
@@ -32,15 +34,14 @@ and seed as the fgx run), scripts/peers/openfgl_run.py writes OpenFGL's files fr
 bench checks that both tools hold the same test nodes per client. OpenFGL has neither FedGSP nor
 CE-FedGNN.
 
-Output: a markdown table on stderr (``--markdown <name>.json`` prints it again), one JSON line on stdout, and under ``--out`` (results/benchmarks/scale)
-``<name>.json`` (the line, rewritten after every run with ``"done": false`` until the end) and
-``<name>.png`` (s/round and peak RSS against nodes, one line per
-tool x algorithm x clients). The bench process itself never imports torch (a child's peak RSS
+Output: a markdown table on stderr (``--markdown <name>.json`` prints it again), one JSON line on
+stdout, and under ``--out`` (results/benchmarks/scale) ``<name>.json`` (the line, rewritten after every
+run with ``"done": false`` until the end) and ``<name>.png`` (s/round and peak RSS against nodes, one
+line per tool x algorithm x clients). The bench process itself never imports torch (a child's peak RSS
 starts at its parent's)."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import os
 import statistics
@@ -54,6 +55,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from fgx.bench import final_json, run_process  # noqa: E402
+
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_peers import default_peer_python  # noqa: E402  (the same OpenFGL interpreter as bench_peers)
 
 DRIVER = REPO / "scripts" / "peers" / "openfgl_run.py"
 ALGORITHMS = ("fedavg", "fedgsp", "ce_fedgnn")
@@ -156,7 +160,9 @@ def failure(r) -> dict:
     if r.limit == "timeout":
         return {"status": "timed out"}
     tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
-    return {"status": "failed", "error": " | ".join(tail)[-400:]}
+    # the written file names no folder of this machine (the repository, the interpreter's environment)
+    text = " | ".join(tail).replace(str(REPO), "<repo>").replace(sys.prefix, "<venv>")
+    return {"status": "failed", "error": text[-400:]}
 
 
 def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_nodes: list[int] | None) -> dict:
@@ -266,13 +272,6 @@ def markdown(result: dict) -> str:
 def git_commit() -> str | None:
     out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
     return out.stdout.strip() or None
-
-
-def default_peer_python() -> str | None:
-    env = os.environ.get("FGX_PEER_PYTHON")
-    if env:
-        return env
-    return sys.executable if importlib.util.find_spec("openfgl") is not None else None
 
 
 def summarise(a, rows: list[dict], load_before, done: bool) -> dict:

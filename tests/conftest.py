@@ -10,6 +10,8 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("CI", "true")          # plain progress lines, no rich bars
+if int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")) > 1:
+    os.environ.setdefault("OMP_NUM_THREADS", "1")   # `pytest -n N`: the N workers already use the cores
 warnings.filterwarnings("ignore", category=FutureWarning)
 
 REPO = Path(__file__).resolve().parents[1]

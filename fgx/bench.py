@@ -44,7 +44,8 @@ class ProcessResult:
 
 def _tree_usage(pid: int) -> tuple[float, float]:
     """Resident memory (MB) and CPU seconds (user + system) of ``pid`` and all its live descendants,
-    from /proc (0 where it is gone)."""
+    from /proc (0 where it is gone). Read by hand rather than with psutil, which fgx does not depend
+    on; wait4 gives only the child's own peak, not its descendants' live usage."""
     rss, cpu, todo = 0.0, 0.0, [pid]
     tick = os.sysconf("SC_CLK_TCK")
     while todo:

@@ -160,12 +160,15 @@ def _grouped_roc_auc_ovr(scores: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
 
 def bootstrap_standard_error(scores: torch.Tensor, labels: torch.Tensor, group: torch.Tensor, num_groups: int,
                              num_classes: int, minority: int, names: tuple[str, ...] = CLASSIFICATION,
-                             reps: int = 100, max_items: int = 2_000_000, seed: int = 0) -> dict[str, float]:
+                             reps: int = 100, max_items: int = 2_000_000, seed: int = 0,
+                             chunk_items: int = 1 << 16) -> dict[str, float]:
     """The sampling error of the mean-over-clients metrics on this split: their standard deviation over
     bootstrap resamples of the items, each client's items resampled within the client. A gap between
     two methods below it is one a few test predictions can move (fgx/tables decides nothing on it).
-    All resamples are scored in one :func:`grouped_classification_metrics` call (replicate r, client
-    c is group r·G + c); ``reps`` shrinks so that at most ``max_items`` items are scored (at least 20).
+    Resamples are scored by :func:`grouped_classification_metrics` (replicate r, client c is group
+    r·G + c), as many at once as hold at most ``chunk_items`` items (at least one): the memory of a
+    pass stays bounded on million-item splits, and the draws and results do not depend on it.
+    ``reps`` shrinks so that at most ``max_items`` items are scored (at least 20).
     Not scipy.stats.bootstrap: it resamples one sample per call, and here every client's items are
     resampled within the client and scored by the grouped metric in a single pass."""
     n = labels.numel()
@@ -177,13 +180,19 @@ def bootstrap_standard_error(scores: torch.Tensor, labels: torch.Tensor, group: 
     scores, labels, g = scores.detach().cpu()[order], labels.cpu()[order], g[order]
     size = torch.bincount(g, minlength=num_groups)
     start = torch.cumsum(size, 0) - size
+    item_start, item_size = start[g], size[g].double()
     gen = torch.Generator().manual_seed(seed)
-    draw = (torch.rand(reps, n, generator=gen, dtype=torch.double) * size[g].double()).long()
-    idx = (start[g] + draw).reshape(-1)                      # each item replaced by one of its client's items
-    rep_group = torch.arange(reps).repeat_interleave(n) * num_groups + g.repeat(reps)
-    rows = grouped_classification_metrics(scores[idx], labels[idx], rep_group, reps * num_groups, num_classes,
-                                          minority, names)
-    means = [mean_over_clients(rows[r * num_groups:(r + 1) * num_groups]) for r in range(reps)]
+    per_pass = max(1, min(reps, chunk_items // n))
+    means = []
+    for first in range(0, reps, per_pass):
+        r = min(per_pass, reps - first)
+        draw = (torch.rand(r, n, generator=gen, dtype=torch.double) * item_size).long()
+        idx = (item_start + draw).reshape(-1)                # each item replaced by one of its client's items
+        del draw
+        rep_group = torch.arange(r).repeat_interleave(n) * num_groups + g.repeat(r)
+        rows = grouped_classification_metrics(scores[idx], labels[idx], rep_group, r * num_groups, num_classes,
+                                              minority, names)
+        means += [mean_over_clients(rows[q * num_groups:(q + 1) * num_groups]) for q in range(r)]
     out = {}
     for m in names:
         vals = np.array([x[m] for x in means if x.get(m) is not None], dtype=float)

@@ -250,3 +250,26 @@ def test_minesweeper_offline_roc_auc_and_near_zero_adjusted_homophily(data_root)
     assert ds.data.num_nodes == 10_000 and ds.info.main_metric == "roc_auc"
     assert abs(adjusted_homophily(ds.data.edge_index, ds.data.y)) < 0.05
     assert int(ds.data.train_mask.sum()) == 2000
+
+
+@pytest.mark.parametrize("block", [3, 8192])
+def test_similarity_matrix_matches_the_pairwise_greedy_matching(monkeypatch, block):
+    """The batched similarity (blocks of client pairs) is the scalar greedy principal-angle matching of
+    every pair, ties included (duplicate descriptors, zero directions), whatever the block size."""
+    import fgx.algorithms.fedgsp as fedgsp
+    from fgx.algorithms.fedgsp import principal_angle_similarity
+    monkeypatch.setattr(fedgsp, "PAIR_BLOCK", block)
+    g = torch.Generator().manual_seed(3)
+    m, k, f = 7, 4, 5
+    desc = torch.randn(m, k * f, generator=g)
+    desc[3] = desc[1]                               # a tie between two clients
+    desc[5, :f] = 0                                 # a zero direction (rank < k)
+    weight = torch.rand(k * f, generator=g, dtype=torch.float64)
+    sim = similarity_matrix(desc, weight, k, 1.0 / 3)
+    mats = (desc * weight).view(m, k, -1)
+    for i in range(m):
+        assert float(sim[i, i]) == 1.0
+        for j in range(m):
+            if i != j:
+                want = principal_angle_similarity(mats[min(i, j)], mats[max(i, j)], 1.0 / 3)
+                assert float(sim[i, j]) == pytest.approx(want, abs=1e-6), (i, j)

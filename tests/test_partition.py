@@ -421,3 +421,43 @@ def test_as_many_clients_as_nodes_is_allowed_and_one_more_is_refused():
     with pytest.raises(DataError) as e:
         check_num_clients(7, 6)
     assert str(e.value) == "partitioner.num_clients=7 is larger than the graph's 6 nodes"
+
+
+def _reference_client_edges(ei, n, nodes):
+    """build_clients' edges as a whole-graph scan computes them: internal and cross edge ids (sorted)
+    and the halo, the definition the per-node lookup must match."""
+    owned = torch.zeros(n, dtype=torch.bool)
+    owned[nodes] = True
+    so, do = owned[ei[0]], owned[ei[1]]
+    internal, cross = (so & do).nonzero().view(-1), (so ^ do).nonzero().view(-1)
+    remote = torch.where(so[cross], ei[1, cross], ei[0, cross])
+    return internal, cross, torch.unique(remote)
+
+
+@pytest.mark.parametrize("directed", [False, True])
+def test_client_edges_from_the_per_node_lookup_equal_a_whole_graph_scan(directed):
+    """Overlapping clients, self-loops, parallel edges, isolated nodes and (directed) one-way edges:
+    each client's internal and cross edge ids, halo and local edge lists are a full scan's."""
+    from torch_geometric.data import Data
+    from torch_geometric.utils import to_undirected
+
+    from fgx.data.base import DatasetInfo
+    from fgx.partition.base import build_clients
+
+    g = torch.Generator().manual_seed(5)
+    n = 60
+    ei = torch.randint(0, n - 5, (2, 150), generator=g)            # nodes 55..59 isolated
+    ei = torch.cat([ei, torch.tensor([[3, 3, 7], [3, 3, 8]])], 1)   # a repeated self-loop, a parallel edge
+    if not directed:
+        ei = to_undirected(ei, num_nodes=n)
+    data = Data(x=torch.randn(n, 4, generator=g), y=torch.randint(0, 3, (n,), generator=g), edge_index=ei,
+                num_nodes=n)
+    info = DatasetInfo(name="t", task="node", num_classes=3, main_metric="accuracy", source="generated")
+    parts = [torch.randperm(n, generator=g)[:k] for k in (1, 10, 25, 40, 60)]   # overlapping, one whole graph
+    for nodes, c in zip(parts, build_clients(data, info, parts)):
+        internal, cross, halo = _reference_client_edges(ei, n, torch.unique(nodes))
+        assert torch.equal(c.data.global_edge_id, internal) and torch.equal(c.data.cross_global_edge_id, cross)
+        assert torch.equal(c.halo, halo)
+        ids = torch.cat([c.nodes, c.halo])
+        assert torch.equal(ids[c.data.edge_index], ei[:, internal])
+        assert torch.equal(ids[c.data.cross_edge_index], ei[:, cross])

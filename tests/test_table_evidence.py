@@ -86,6 +86,25 @@ def test_the_bootstrap_sampling_error_shrinks_with_the_split():
     assert large == pytest.approx((0.16 / 10_000) ** 0.5, rel=0.35) and large < small / 5
 
 
+
+def test_the_bootstrap_scores_its_replicates_in_bounded_passes_with_the_same_result():
+    """chunk_items bounds the items scored in one pass (the memory of a million-item split's final
+    evaluation, #41); the draws and the standard errors are those of a single pass, to the last bit."""
+    import torch
+
+    from fgx.metrics import bootstrap_standard_error
+
+    g = torch.Generator().manual_seed(1)
+    n = 30_011
+    scores = torch.randn(n, 5, generator=g).softmax(1)
+    y, client = torch.randint(0, 5, (n,), generator=g), torch.randint(0, 7, (n,), generator=g)
+    whole = bootstrap_standard_error(scores, y, client, 7, 5, 1, chunk_items=1 << 30)
+    assert all(v > 0 for v in whole.values())
+    for chunk in (1, 2 * n, 5 * n + 3):
+        assert bootstrap_standard_error(scores, y, client, 7, 5, 1, chunk_items=chunk) == whole
+    # a different seed draws other resamples: the comparison above can fail
+    assert bootstrap_standard_error(scores, y, client, 7, 5, 1, seed=1, chunk_items=2 * n) != whole
+
 TINY_TABLE = """# @package _global_
 defaults:
   - _self_

@@ -43,20 +43,22 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
         raise DataError("the partitioner produced no clients")
     ei = data.edge_index
     undirected = info.task == "node" and is_undirected(ei, num_nodes=n)
+    by_src, by_dst = _edges_by_node(ei[0], n), _edges_by_node(ei[1], n)
+    # scratch arrays over all nodes, set for one client and reset after it: a client costs its own
+    # nodes' edges, not a scan of the whole graph (1,000 clients of a million-node graph, #41)
+    owned = torch.zeros(n, dtype=torch.bool)
+    local = torch.full((n,), -1, dtype=torch.long)
     clients = []
     for cid, nodes in enumerate(client_nodes):
         nodes = torch.unique(nodes.long())
         if nodes.numel() == 0:
             raise DataError(f"client {cid} owns no nodes (more clients than the graph can fill?)")
-        owned = torch.zeros(n, dtype=torch.bool)
         owned[nodes] = True
-        so, do = owned[ei[0]], owned[ei[1]]
-        internal = so & do
-        cross = so ^ do
-        cross_ids = cross.nonzero().view(-1)
-        remote = torch.where(so[cross_ids], ei[1, cross_ids], ei[0, cross_ids])
+        touching = torch.unique(torch.cat([_incident(*by_src, nodes), _incident(*by_dst, nodes)]))  # sorted ids
+        so, do = owned[ei[0, touching]], owned[ei[1, touching]]
+        int_ids, cross_ids = touching[so & do], touching[so ^ do]
+        remote = torch.where(owned[ei[0, cross_ids]], ei[1, cross_ids], ei[0, cross_ids])
         halo = torch.unique(remote)
-        local = torch.full((n,), -1, dtype=torch.long)
         local[nodes] = torch.arange(nodes.numel())
         local[halo] = nodes.numel() + torch.arange(halo.numel())
         n_own, n_loc = nodes.numel(), nodes.numel() + halo.numel()
@@ -74,9 +76,11 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
                 mask = torch.zeros(n_loc, dtype=torch.bool)
                 mask[:n_own] = getattr(data, m)[nodes]
                 setattr(cd, m, mask)
-        int_ids = internal.nonzero().view(-1)
         cd.edge_index = local[ei[:, int_ids]]
         cd.cross_edge_index = local[ei[:, cross_ids]]
+        owned[nodes] = False
+        local[nodes] = -1
+        local[halo] = -1
         cd.global_edge_id = int_ids
         cd.cross_global_edge_id = cross_ids
         for k in EDGE_KEYS:
@@ -92,6 +96,21 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
         c.stats = client_stats(c, info, undirected)
         clients.append(c)
     return clients
+
+
+def _edges_by_node(end: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Edge ids sorted by one endpoint, and each node's range in them (a CSR of the edge list)."""
+    order = torch.argsort(end, stable=True)
+    ptr = torch.zeros(n + 1, dtype=torch.long)
+    ptr[1:] = torch.cumsum(torch.bincount(end, minlength=n), 0)
+    return order, ptr
+
+
+def _incident(order: torch.Tensor, ptr: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+    """The ids of the edges whose endpoint (the one ``order``/``ptr`` index) is in ``nodes``."""
+    first, count = ptr[nodes], ptr[nodes + 1] - ptr[nodes]
+    offset = torch.arange(int(count.sum())) - torch.repeat_interleave(torch.cumsum(count, 0) - count, count)
+    return order[torch.repeat_interleave(first, count) + offset]
 
 
 def client_stats(c: ClientData, info: DatasetInfo, undirected: bool) -> dict:

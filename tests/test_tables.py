@@ -344,3 +344,25 @@ def test_fedgsp_table_runs_on_a_dataset_outside_the_shared_data(tmp_path, capsys
           "method=fedgsp,fedavg_unifilter,fedavg_gcn", "--out", str(tmp_path / "t")])
     out = capsys.readouterr().out
     assert "| fedgsp |" in out and "| fedavg_gcn |" in out and "roc_auc" in out
+
+
+def test_a_record_drops_the_cells_its_table_no_longer_sweeps():
+    """A method taken out of the preset, and runs keyed by a key the table no longer sweeps (algorithm=
+    before the table swept method=), leave the record with their configs; the table's cells stay."""
+    from fgx.tables.run import drop_retired_cells
+
+    def run(sha, **over):
+        return {"overrides": {k: str(v) for k, v in over.items()}, "config_sha": sha, "summary": {}}
+
+    record = {"table": "t", "configs": {"a": {}, "b": {}, "c": {}, "d": {}},
+              "runs": [run("a", method="x", seed=0), run("a", method="x", seed=1), run("b", method="gone", seed=0),
+                       run("c", algorithm="x", seed=0), run("d", method="y", seed=0, lr=0.1)]}
+    out = drop_retired_cells(record, {"method": "x, y", "seed": "0,1,2", "lr": "interval(0.01, 1)"})
+    assert [(e["config_sha"], e["overrides"].get("seed")) for e in out["runs"]] == [("a", "0"), ("a", "1"), ("d", "0")]
+    assert set(out["configs"]) == {"a", "d"}
+    # a number is the same cell however the run's override spelt it (Hydra writes 1e-05 for 1e-5)
+    rmax = {"table": "t", "configs": {}, "runs": [run("e", r_max="1e-05", seed=0), run("e", r_max="5e-10", seed=0)]}
+    assert len(drop_retired_cells(rmax, {"r_max": "1e-5,5e-10", "seed": "0"})["runs"]) == 2
+    assert len(drop_retired_cells(rmax, {"r_max": "1e-7,5e-10", "seed": "0"})["runs"]) == 1
+    # nothing swept but seeds: every run stays
+    assert len(drop_retired_cells(record, {"seed": "0,1"})["runs"]) == 5

@@ -196,13 +196,24 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
     return res
 
 
+def _sweep_value(x) -> float | str:
+    """A swept value as the run's override and the preset may spell it: ``1e-5`` and ``1e-05`` alike."""
+    x = str(x).strip()
+    try:
+        return float(x)
+    except ValueError:
+        return x
+
+
 def drop_retired_cells(record: dict, sweep: dict) -> dict:
-    """The record without runs of rows the table no longer sweeps (a method removed from the preset): a
-    record holds the cells of the table as it is now. Sweeps in another syntax than a list are kept."""
-    allowed = {k: {x.strip() for x in str(v).split(",")} for k, v in sweep.items()
+    """The record without runs of rows the table no longer sweeps: a value removed from a swept list (a
+    method taken out of the preset), or a run without one of the keys the table sweeps now (its rows
+    were keyed by ``algorithm`` before the table swept ``method``). A record holds the cells of the
+    table as it is now. Sweeps in another syntax than a list are kept as they are."""
+    allowed = {k: {_sweep_value(x) for x in str(v).split(",")} for k, v in sweep.items()
                if k != "seed" and "(" not in str(v)}
     runs = [e for e in record.get("runs", [])
-            if all(e["overrides"][k] in vs for k, vs in allowed.items() if k in e.get("overrides", {}))]
+            if all(k in e.get("overrides", {}) and _sweep_value(e["overrides"][k]) in vs for k, vs in allowed.items())]
     used = {e.get("config_sha") for e in runs}
     return {**record, "runs": runs, "configs": {s: c for s, c in record.get("configs", {}).items() if s in used}}
 

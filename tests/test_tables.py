@@ -366,3 +366,20 @@ def test_a_record_drops_the_cells_its_table_no_longer_sweeps():
     assert len(drop_retired_cells(rmax, {"r_max": "1e-7,5e-10", "seed": "0"})["runs"]) == 1
     # nothing swept but seeds: every run stays
     assert len(drop_retired_cells(record, {"seed": "0,1"})["runs"]) == 5
+
+
+def test_a_family_row_may_declare_its_own_effort(tmp_path):
+    """A table of a family targets file (the FedGSP tables) that was tuned on its own says so in its
+    preset (table.effort: tuned); the family's per-method sources then no longer apply to it."""
+    from fgx.tables.spec import load_targets
+
+    conf = tmp_path / "conf"
+    (conf / "targets").mkdir(parents=True)
+    (conf / "experiment").mkdir()
+    (conf / "targets" / "fam.yaml").write_text(
+        "family: true\npaper: P\nmetric: accuracy\neffort: authors\nsources: {a: the authors, b: the authors}\n")
+    (conf / "experiment" / "row1.yaml").write_text("table: {targets: fam, item: one, data: real}\n")
+    (conf / "experiment" / "row2.yaml").write_text("table: {targets: fam, item: two, data: real, effort: tuned}\n")
+    first, second = load_targets(conf, "row1"), load_targets(conf, "row2")
+    assert first["effort"] == "authors" and first["sources"] == {"a": "the authors", "b": "the authors"}
+    assert second["effort"] == "tuned" and "sources" not in second and second["item"] == "two"

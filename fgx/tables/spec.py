@@ -53,7 +53,8 @@ def targets_sha(t: dict) -> str:
 
 def load_targets(conf: Path, name: str) -> dict:
     """conf/targets/NAME.yaml, or the family targets file the table names (``table.targets`` in
-    conf/experiment/NAME.yaml, with ``table.item`` and ``table.data`` saying which row it is)."""
+    conf/experiment/NAME.yaml, with ``table.item`` and ``table.data`` saying which row it is, and
+    ``table.effort`` how its methods got their values where that row differs from the family)."""
     from omegaconf import OmegaConf
 
     exp = conf / "experiment" / f"{name}.yaml"
@@ -67,7 +68,9 @@ def load_targets(conf: Path, name: str) -> dict:
     elif row.get("targets") and (targets_dir(conf) / f"{row['targets']}.yaml").exists():
         t = OmegaConf.to_container(OmegaConf.load(targets_dir(conf) / f"{row['targets']}.yaml"), resolve=True)
         t.pop("family", None)
-        t.update({k: row[k] for k in ("item", "data", "scale_note") if k in row})
+        t.update({k: row[k] for k in ("item", "data", "scale_note", "effort") if k in row})
+        if t.get("effort") != "authors":       # a row tuned on its own: the family's sources no longer apply
+            t.pop("sources", None)
     else:
         raise ReportError(f"preset {name!r} has no targets (conf/targets/{name}.yaml or table.targets in its "
                           f"preset); tables: {table_names(conf)}")

@@ -33,13 +33,13 @@ sys.path.insert(0, str(REPO))
 def clients_of(overrides: list[str]):
     """fgx's dataset, partition and hyperparameters of the cell, as (clients, lr, weight decay, hidden)."""
     from fgx.cli import compose
-    from fgx.config import validate
+    from fgx.config import default_data_dir, validate
     from fgx.data.base import DataEnv
     from fgx.partition.base import build_clients
     from fgx.trainer import log
 
     v = validate(compose(overrides))
-    ds = v.entries["dataset"].obj(v.params["dataset"], DataEnv(data_dir=Path(v.top.data_dir), seed=v.top.seed, log=log))
+    ds = v.entries["dataset"].obj(v.params["dataset"], DataEnv(data_dir=Path(v.top.data_dir or default_data_dir()), seed=v.top.seed, log=log))
     parts = v.entries["partitioner"].obj(v.params["partitioner"], ds.data, ds.info, v.top.seed)
     alg, model = v.params["algorithm"], v.params["model"]
     return build_clients(ds.data, ds.info, parts), ds.info.num_classes, alg.lr, alg.weight_decay, model.hidden

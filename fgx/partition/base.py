@@ -100,6 +100,7 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
 
 def _edges_by_node(end: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Edge ids sorted by one endpoint, and each node's range in them (a CSR of the edge list)."""
+    # ptr as PyG's torch_geometric.index.index2ptr(end[order], n), counted from the unsorted ends
     order = torch.argsort(end, stable=True)
     ptr = torch.zeros(n + 1, dtype=torch.long)
     ptr[1:] = torch.cumsum(torch.bincount(end, minlength=n), 0)

@@ -154,7 +154,7 @@ def cpu_share(r) -> float:
     return round(r.cpu_s / max(r.wall_s, 1e-9), 3)
 
 
-def failure(r) -> dict:
+def failure(r, peer_python: str | None = None) -> dict:
     if r.limit == "memory":
         return {"status": "does not fit"}
     if r.limit == "timeout":
@@ -162,6 +162,8 @@ def failure(r) -> dict:
     tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
     # the written file names no folder of this machine (the repository, the interpreter's environment)
     text = " | ".join(tail).replace(str(REPO), "<repo>").replace(sys.prefix, "<venv>")
+    if peer_python:                                  # OpenFGL's environment (not resolved: a venv's python is a link)
+        text = text.replace(str(Path(os.path.abspath(peer_python)).parent.parent), "<venv-peers>")
     return {"status": "failed", "error": text[-400:]}
 
 
@@ -186,11 +188,11 @@ def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_node
     env = {**a.child_env, "PYTHONWARNINGS": "ignore"}
     p = run_process([*cmd, "--prepare-only"], timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False, env=env)
     if p.limit or p.returncode != 0:
-        return {**row, **failure(p), "stage": "writing OpenFGL's client files"}
+        return {**row, **failure(p, a.peer_python), "stage": "writing OpenFGL's client files"}
     r = run_process(cmd, timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False, mem_limit_mb=a.mem_limit_gb * 1024, env=env)
     row.update({"peak_rss_mb": round(r.peak_rss_mb, 1), "process_s": round(r.wall_s, 2), "cpu_share": cpu_share(r)})
     if r.limit or r.returncode != 0:
-        return {**row, **failure(r)}
+        return {**row, **failure(r, a.peer_python)}
     res = json.loads((d / "out.json").read_text())
     if fgx_test_nodes is not None and [c["test_nodes"] for c in res["per_client"]] != fgx_test_nodes:
         raise RuntimeError("OpenFGL did not train on fgx's clients (test nodes per client differ)")

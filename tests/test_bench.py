@@ -179,3 +179,20 @@ def test_fedpub_reference_loop_learns_on_fgx_clients_and_scores_each_client_at_i
     out = mod.fedpub_loop(clients, k, lr, wd, 32, rounds=15, epochs=2, seed=0)
     assert len(out) == 15 and len(out[-1]["val"]) == 3
     assert mod.mean(out[-1]["val"]) > 1.0 / k + 0.3
+
+
+def test_bench_scale_failure_text_names_no_folder_of_this_machine(tmp_path):
+    """A failed run's error, as written into the committed JSON, names neither the repository, fgx's
+    environment nor OpenFGL's (<repo>, <venv>, <venv-peers>)."""
+    import importlib.util
+    import sys
+    from types import SimpleNamespace
+
+    spec = importlib.util.spec_from_file_location("bench_scale_mod", REPO / "scripts" / "bench_scale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    peer = tmp_path / "venv-peers" / "bin" / "python"
+    err = f"{peer.parent.parent}/lib/site-packages/sklearn/x.py line 1\n{REPO}/scripts/a.py\n{sys.prefix}/lib/y.py"
+    text = mod.failure(SimpleNamespace(limit=None, stderr=err, stdout=""), str(peer))["error"]
+    assert str(tmp_path) not in text and str(REPO) not in text and sys.prefix not in text
+    assert "<venv-peers>/lib/site-packages" in text and "<repo>/scripts" in text

@@ -1,7 +1,9 @@
 """Every method of every offline table preset learns (issue #38: the CE-FedGNN Cora preset once ended
 every method at Cora's majority-class accuracy and nothing noticed). Each (preset, method) runs a few
-rounds from the preset on seed 0 with the data root `../shared/data`; a classifier must clear the test
-split's majority-class rate, a ranker a random ranking's NDCG@20, an AML (minority-F1) preset the F1 of
+rounds from the preset on seed 0 with the data root `../shared/data`, evaluated at rounds 5 and 10, and
+is judged at its best validation round (what the tables report; a method that learned and then
+oscillates, as FedAvg and FED-PUB do at the FedGSP protocol's lr, has not stayed at the majority
+rate): a classifier must clear the test split's majority-class rate, a ranker a random ranking's NDCG@20, an AML (minority-F1) preset the F1 of
 flagging every edge and a ROC-AUC of 0.6, a ROC-AUC preset (Minesweeper) 0.55. Slow: `python -m pytest -m slow
 tests/test_presets_learn.py` (one run per method; the CE-FedGNN Cora row takes about a minute a method)."""
 from __future__ import annotations
@@ -44,11 +46,11 @@ def test_the_case_list_reads_every_preset():
 @pytest.mark.slow
 @pytest.mark.parametrize("preset,key,method", CASES, ids=[f"{p}-{m}" for p, _, m in CASES])
 def test_each_method_of_each_offline_preset_learns(run_fgx, preset, key, method):
-    run = run_fgx(f"+experiment={preset}", f"{key}={method}", "seed=0", f"rounds={ROUNDS}", f"eval_every={ROUNDS}",
+    run = run_fgx(f"+experiment={preset}", f"{key}={method}", "seed=0", f"rounds={ROUNDS}", f"eval_every={ROUNDS // 2}",
                   f"data_dir={DATA}", "output.checkpoint=false")
     s = json.loads((run / "summary.json").read_text())
     assert s["status"] == "completed", s.get("error")
-    task, final = s["data"]["task"], s["final"]
+    task, final = s["data"]["task"], s["best"]["test"]
     if task == "ranking":
         assert final["ndcg@20"] > 0.05, final              # a random ranking of ML-100K's items: ~0.01
     elif s["main_metric"] == "f1_minority":

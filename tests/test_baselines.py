@@ -134,6 +134,22 @@ def test_gcfl_averages_updates_inside_each_cluster_only(recorded, run_fgx, tiny_
     assert checked >= 2                                    # both halves of a split were checked
 
 
+def test_gcfl_diagnostics_are_its_split_conditions_measured_on_the_sent_updates(recorded, run_fgx, tiny_cfg):
+    """metrics.jsonl shows how far each round was from GCFL's split condition: ‖mean update‖ / eps1
+    (a split needs < 1) and ‖largest update‖ / eps2 (> 1), computed from the updates the clients sent."""
+    run = run_fgx(*tiny_cfg, "algorithm=gcfl", "partitioner.num_clients=4", "rounds=2", "algorithm.eps1=0.5",
+                  "algorithm.eps2=0.2", "algorithm.warmup_rounds=1")
+    rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines() if "mean_norm_over_eps1" in l]
+    for r in (1, 2):
+        sent = torch.stack([torch.cat([v.flatten().float() for v in p.values()])
+                            for k, p, src, dst, rr in recorded["sent"] if k == "update" and rr == r])
+        row = next(x for x in rows if x["round"] == r)
+        assert row["mean_norm_over_eps1"] == pytest.approx(float(sent.mean(0).norm()) / 0.5, rel=1e-5)
+        assert row["max_norm_over_eps2"] == pytest.approx(float(sent.norm(dim=1).max()) / 0.2, rel=1e-5)
+    diag = json.loads((run / "summary.json").read_text())["diagnostics"]
+    assert diag["mean_norm_over_eps1"]["min"] == pytest.approx(min(x["mean_norm_over_eps1"] for x in rows))
+
+
 def test_gcfl_default_warmup_ends_inside_the_run_and_a_longer_one_is_refused(run_fgx, tiny_cfg):
     run = run_fgx(*tiny_cfg, "algorithm=gcfl", "partitioner.num_clients=5", "rounds=3", "algorithm.eps1=100",
                   "algorithm.eps2=0")                  # default warm-up: rounds // 10 = 0

@@ -325,3 +325,32 @@ def test_a_spot_check_carries_a_stale_record_over_only_when_every_number_is_the_
     # a seed the record does not hold is refused before anything runs
     assert main(["repro", "tiny", "seed=7", "--spot-check", "--out", str(tiny / "spot7")]) == 2
     assert not (tiny / "spot7").exists()
+
+
+def _entry(row: str, seed: int, acc: float, gain: float | None = None) -> dict:
+    s = {"final": {"accuracy": acc}, "best": {"round": 3, "val": acc, "test": {"accuracy": acc}}}
+    return {"overrides": {"method": row, "seed": str(seed)}, "summary": s,
+            "progress": {"gain_last_10pct": gain} if gain is not None else {}}
+
+
+def test_a_row_equal_to_another_on_every_seed_is_named_and_one_that_differs_once_is_not():
+    from fgx.tables.checks import equal_rows_notes
+
+    sweep = {"method": "fedavg,gcfl,fedprox", "seed": "0,1,2"}
+    runs = [_entry(m, s, 0.5 + 0.01 * s) for m in ("fedavg", "gcfl") for s in range(3)]
+    runs += [_entry("fedprox", s, 0.5 + 0.01 * s + (0.001 if s == 2 else 0.0)) for s in range(3)]
+    notes = equal_rows_notes({"runs": runs}, sweep)
+    assert len(notes) == 1 and "method=fedavg equals method=gcfl" in notes[0] and "3 shared seeds" in notes[0]
+    # one seed alone says nothing (two rows can tie once)
+    assert equal_rows_notes({"runs": [_entry("fedavg", 0, 0.5), _entry("gcfl", 0, 0.5)]}, sweep) == []
+
+
+def test_rows_still_improving_at_the_end_are_named_under_trained():
+    from fgx.tables.checks import progress_notes
+
+    sweep = {"method": "a,b", "seed": "0,1"}
+    runs = [_entry("a", s, 0.5, gain=0.02) for s in range(2)] + [_entry("b", s, 0.5, gain=0.0) for s in range(2)]
+    notes = progress_notes({"runs": runs}, sweep)
+    assert "a +0.0200" in notes[0] and "b +0.0000" in notes[0]
+    assert len(notes) == 2 and "Still improving at the end (gain > 0.005): a;" in notes[1]
+    assert len(progress_notes({"runs": runs[2:]}, sweep)) == 1

@@ -11,6 +11,7 @@ On the graph task clusters share the message-passing layers only, as the authors
 layer and head. On node and edge tasks the whole model is shared."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
@@ -114,13 +115,14 @@ class GCFL(FedAvg):
             losses += [l for _, l in results]
             received.append((members, deltas))
         self.observe(received, r)
-        splits = 0
+        splits, ratios = 0, []
         for k, (members, deltas) in enumerate(received):
             model = self.cluster_models[k]
             weights = aggregation_weights(members, p.weighting, at_least_one=True)
             flat = torch.stack([flatten(d) for d in deltas])
             mean_norm = float(flat.mean(0).norm())
             max_norm = float(flat.norm(dim=1).max())
+            ratios.append((mean_norm / p.eps1 if p.eps1 > 0 else math.inf, max_norm / p.eps2 if p.eps2 > 0 else math.inf))
             cut = None
             if r >= self.warmup and len(members) > 2 and mean_norm < p.eps1 and max_norm > p.eps2:
                 cut = self.bipartition(members, flat)
@@ -138,8 +140,9 @@ class GCFL(FedAvg):
                                    len(idx), r)
                 add_delta(self.cluster_models[ck], avg)
         self.ctx.record("gcfl_clusters", {"clusters": [sorted(c) for c in self.clusters]})
-        return {"loss": mean_loss(losses),
-                "clusters": float(len(self.clusters)), "splits": float(splits)}
+        closest = min(ratios)          # the cluster nearest the split condition
+        return {"loss": mean_loss(losses), "clusters": float(len(self.clusters)), "splits": float(splits),
+                "mean_norm_over_eps1": closest[0], "max_norm_over_eps2": closest[1]}
 
     def observe(self, received: list, r: int) -> None:
         """Hook: every cluster's (members, updates) of this round, before any split (GCFL+ keeps its

@@ -337,6 +337,29 @@ def progress_notes(record: dict, sweep: dict, threshold: float = 0.005) -> list[
     return out
 
 
+def equal_rows_notes(record: dict, sweep: dict) -> list[str]:
+    """Rows whose every evaluated number equals another row's on every seed both ran (at least two):
+    the row's mechanism never made it differ (GCFL whose split condition never held is FedAvg), so
+    the row is that other method relabelled, whatever its config says. Shown with every table."""
+    key = row_key(sweep)
+    if key is None:
+        return []
+    runs: dict[str, dict[str, str]] = {}
+    for e in record.get("runs", []):
+        s, o = e.get("summary") or {}, e.get("overrides") or {}
+        if key in o:
+            runs.setdefault(str(o[key]), {})[str(o.get("seed"))] = json.dumps(
+                [s.get("final"), s.get("best"), s.get("best_client")], sort_keys=True)
+    rows, out = sorted(runs), []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            shared = set(runs[a]) & set(runs[b])
+            if len(shared) >= 2 and all(runs[a][s] == runs[b][s] for s in shared):
+                out.append(f"{key}={a} equals {key}={b} in every number on all {len(shared)} shared seeds: "
+                           f"its mechanism never acted in this protocol, so the row is {b} relabelled.")
+    return out
+
+
 def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     """The table (mean ± std per group) and the checks of ``t`` over ``runs`` (run directories or a
     record's runs). ``{main}`` in a metric name stands for the runs' main metric."""

@@ -16,7 +16,7 @@ from pathlib import Path
 from fgx.provenance import launched_by
 from fgx.report.runs import ReportError
 from fgx.tables.accounting import run_accounting
-from fgx.tables.checks import Check, ReproResult, effort_check, progress_notes, row_key, table_from_runs
+from fgx.tables.checks import Check, ReproResult, effort_check, equal_rows_notes, progress_notes, row_key, table_from_runs
 from fgx.tables.render import markdown
 from fgx.tables.records import code_staleness, load_record, merge, provenance, results_dir, run_entry, write_record
 from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, targets_sha
@@ -77,7 +77,7 @@ def result_of_record(conf: Path, name: str, record: dict | None, t: dict | None 
     effort = effort_check(conf, name, record, t, _preset_table(name).get("tune") or {}, sweep)
     if effort is not None:
         res.checks.append(effort)
-    res.notes += progress_notes(record, sweep)
+    res.notes += progress_notes(record, sweep) + equal_rows_notes(record, sweep)
     return res
 
 

@@ -162,6 +162,17 @@ class Evaluator:
                 "batch_size": e.batch_size, "inference": e.inference}
 
 
+def _code_changed_since(summary: dict) -> list[str]:
+    """How the fgx code here differs from the code an earlier run of this directory was made with
+    (its summary's provenance); a run without a fingerprint counts as made with other code."""
+    from fgx.provenance import code_changes
+
+    prov = summary.get("provenance") or {}
+    if not isinstance(prov.get("code"), dict):
+        return ["no code fingerprint"]
+    return code_changes(prov["code"], prov.get("commit"))
+
+
 def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
     """Run one job into ``run_dir``. Returns the summary; on failure summary.json says so (status
     failed, the error and its traceback) and the caller decides the exit code."""
@@ -176,9 +187,13 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
         summary["config_sha"] = config_fingerprint(cfg)[1]
         if v.top.resume and prev.exists():
             earlier = rd.read_json("summary.json")
-            if earlier.get("status") == "completed" and earlier.get("config_sha") == summary["config_sha"]:
-                log.info("already completed with this config; kept as it is (%s)", rd.path)
+            changed = _code_changed_since(earlier)
+            if earlier.get("status") == "completed" and earlier.get("config_sha") == summary["config_sha"] \
+                    and not changed:
+                log.info("already completed with this config and code; kept as it is (%s)", rd.path)
                 return earlier
+            if changed:    # a run of other code is not this run: a table or spot check must not reuse it
+                log.info("completed with this config but other code (%s); run again", "; ".join(changed[:3]))
             summary["resumed_from"] = earlier.get("status")
         rd.write_json("summary.json", summary)
         summary = _train(cfg, v, rd, summary, t_start)

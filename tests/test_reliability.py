@@ -199,3 +199,20 @@ def test_resume_keeps_a_completed_run_with_the_same_config(tmp_path, tiny_cfg, r
     assert main(["run", *tiny_cfg, "rounds=2", "resume=true", f"hydra.run.dir={run_dir}"]) == 0
     again = json.loads((run_dir / "summary.json").read_text())
     assert again["rounds"] == 2 and again["config_sha"] != first["config_sha"]
+
+
+def test_resume_makes_again_a_completed_run_of_other_code(tmp_path, tiny_cfg, run_fgx):
+    """A completed run whose code fingerprint names a source file that has changed since is not this
+    run: `resume=true` (a resumed table, a spot check in a folder of earlier reruns) makes it again."""
+    run_dir = run_fgx(*tiny_cfg)
+    first = json.loads((run_dir / "summary.json").read_text())
+    files = first["provenance"]["code"]["files"]
+    assert "fgx/trainer.py" in files
+    old = dict(first, provenance={**first["provenance"], "code": {**first["provenance"]["code"],
+                                                                 "files": {**files, "fgx/trainer.py": "000000000000"}}})
+    (run_dir / "summary.json").write_text(json.dumps(old))
+    assert main(["run", *tiny_cfg, "resume=true", f"hydra.run.dir={run_dir}"]) == 0
+    again = json.loads((run_dir / "summary.json").read_text())
+    assert again["provenance"]["code"]["files"]["fgx/trainer.py"] == files["fgx/trainer.py"]
+    assert again["provenance"]["date"] != old["provenance"]["date"] or again["wall_time_s"] != first["wall_time_s"]
+    assert again["final"] == first["final"]                # the same code gives the same numbers

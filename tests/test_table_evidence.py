@@ -327,6 +327,31 @@ def test_a_spot_check_carries_a_stale_record_over_only_when_every_number_is_the_
     assert not (tiny / "spot7").exists()
 
 
+def test_a_spot_check_never_verifies_with_runs_of_other_code(tiny, monkeypatch, capsys):
+    """A spot-check folder that already holds reruns (an earlier check) made with other code: they are
+    made again (the trainer's resume checks the code), and were one kept, the check refuses it."""
+    import fgx.trainer
+
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
+    spot = tiny / "spot"
+    assert main(["repro", "tiny", "--spot-check", "--out", str(spot)]) == 0
+    for s in spot.glob("*/summary.json"):             # as if those reruns were made before a code change
+        d = json.loads(s.read_text())
+        d["provenance"]["code"]["files"]["fgx/models/gcn.py"] = "000000000000"
+        s.write_text(json.dumps(d))
+    assert main(["repro", "tiny", "--spot-check", "--out", str(spot)]) == 0          # made again
+    assert all(json.loads(s.read_text())["provenance"]["code"]["files"]["fgx/models/gcn.py"] != "000000000000"
+               for s in spot.glob("*/summary.json"))
+    for s in spot.glob("*/summary.json"):
+        d = json.loads(s.read_text())
+        d["provenance"]["code"]["files"]["fgx/models/gcn.py"] = "000000000000"
+        s.write_text(json.dumps(d))
+    monkeypatch.setattr(fgx.trainer, "_code_changed_since", lambda summary: [])      # a resume that kept them
+    capsys.readouterr()
+    assert main(["repro", "tiny", "--spot-check", "--out", str(spot)]) == 2
+    assert "made with other code (fgx/models/gcn.py changed)" in capsys.readouterr().err
+
+
 def _entry(row: str, seed: int, acc: float, gain: float | None = None) -> dict:
     s = {"final": {"accuracy": acc}, "best": {"round": 3, "val": acc, "test": {"accuracy": acc}}}
     return {"overrides": {"method": row, "seed": str(seed)}, "summary": s,

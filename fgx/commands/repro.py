@@ -4,6 +4,7 @@ status (fgx/tables/)."""
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 
 
@@ -72,7 +73,9 @@ def _spot_check(conf: Path, args) -> int:
         return 2
     seed = next((o.split("=", 1)[1] for o in args.overrides if o.startswith("seed=")), None)
     rest = [o for o in args.overrides if not o.startswith("seed=")]
-    out = Path(args.out) if args.out else Path("outputs") / "spot_check" / args.name
+    # a fresh folder per check by default: reruns are what is checked (an --out that holds runs of this
+    # code and config, e.g. an interrupted check, keeps them; runs of other code are made again)
+    out = Path(args.out) if args.out else Path("outputs") / "spot_check" / args.name / time.strftime("%Y-%m-%d_%H-%M-%S")
     from fgx.report.runs import ReportError
     try:
         res = spot_check(conf, args.name, out, seed=seed, overrides=rest)

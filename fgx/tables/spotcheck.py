@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgx.report.runs import ReportError
-from fgx.tables.records import load_record, provenance, write_record
+from fgx.tables.records import code_staleness, load_record, provenance, write_record
 
 TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
 COMPARED = ("final", "best", "best_client")
@@ -92,6 +92,10 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
     entries, configs, refused = collect(conf, name, out, command)
     if refused:
         raise ReportError(f"{name}: reruns that are not cells of the table: {'; '.join(refused)}")
+    other_code = code_staleness({"runs": entries})
+    if other_code:     # a rerun of other code verifies nothing about today's
+        raise ReportError(f"{name}: reruns in {out} were made with other code ({'; '.join(other_code[:3])}); "
+                          f"spot-check into a fresh --out")
     key = lambda e: json.dumps(e["overrides"], sort_keys=True)
     rerun = {key(e): e for e in entries}
     res = SpotCheck(name, seed)

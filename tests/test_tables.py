@@ -256,6 +256,23 @@ def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, cap
     assert plan["methods"]["local_gcn"]["grid"]["algorithm.lr"] == [0.01, 0.05]
 
 
+def test_tune_refuses_a_grid_without_the_knob_the_comparison_hinges_on(tiny, capsys):
+    """`table.tune.hinge`: a key a row's config has must be in its grid; `a|b` is one knob under two
+    keys (a BPR row's bpr_tau, a BC row's tau) and either satisfies it; a knob no row has asks nothing."""
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(TINY_TABLE.replace("    select: best\n", "    select: best\n    hinge: [algorithm.weight_decay]\n"))
+    assert main(["tune", "tiny", "--dry-run"]) == 2
+    assert "leaves out a knob the comparison hinges on" in capsys.readouterr().err
+    with_wd = TINY_TABLE.replace("        algorithm.lr: {times: [1.0, 5.0]}\n",
+                                 "        algorithm.weight_decay: {times: [0.0, 1.0]}\n")
+    f.write_text(with_wd.replace("    select: best\n", "    select: best\n    hinge: [algorithm.bpr_tau|algorithm.weight_decay]\n"))
+    assert main(["tune", "tiny", "--dry-run"]) == 0
+    f.write_text(TINY_TABLE.replace("    select: best\n", "    select: best\n    hinge: [algorithm.bpr_tau|algorithm.weight_decay]\n"))
+    assert main(["tune", "tiny", "--dry-run"]) == 2           # the row has weight_decay, its grid leaves it out
+    f.write_text(TINY_TABLE.replace("    select: best\n", "    select: best\n    hinge: [algorithm.bpr_tau|algorithm.mu]\n"))
+    assert main(["tune", "tiny", "--dry-run"]) == 0           # no row of this table has either key
+
+
 def test_every_fedgsp_configuration_row_has_a_table_with_same_backbone_controls():
     from fgx.cli import compose
     from fgx.config import validate

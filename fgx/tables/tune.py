@@ -201,15 +201,22 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
 
 
 def hinge_keys(name: str, method: str, spec: dict, grid: Grid) -> dict[str, bool]:
-    """The ``table.tune.hinge`` keys this method's config has, each with whether its grid tunes it: the
-    knob a comparison hinges on (every BPR method's temperature, FedProx's mu) must be searched."""
+    """The ``table.tune.hinge`` entries this method's config has, each with whether its grid tunes it: the
+    knob a comparison hinges on (every BPR method's temperature, FedProx's mu) must be searched. An entry
+    ``a|b`` names one knob under two keys (the loss temperature: ``bpr_tau`` of a BPR row, ``tau`` of a
+    BC row); searching either satisfies it."""
     from omegaconf import OmegaConf
 
-    keys = list(spec.get("hinge") or [])
-    if not keys:
+    entries = list(spec.get("hinge") or [])
+    if not entries:
         return {}
     base = _compose(name, [f"method={method}"])
-    return {k: k in grid.keys for k in keys if OmegaConf.select(base, k, default=None) is not None}
+    out = {}
+    for entry in entries:
+        alts = [k.strip() for k in str(entry).split("|")]
+        if any(OmegaConf.select(base, k, default=None) is not None for k in alts):
+            out[entry] = any(k in grid.keys for k in alts)
+    return out
 
 
 def at_edge(grid: Grid, chosen: dict[str, Any]) -> list[str]:

@@ -184,7 +184,7 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
     try:
         v = validate(cfg)
         prev = rd.file("summary.json")
-        summary["config_sha"] = config_fingerprint(cfg)[1]
+        summary["config_sha"], summary["seed"] = config_fingerprint(cfg)[1], v.top.seed
         if v.top.resume and prev.exists():
             earlier = rd.read_json("summary.json")
             changed = _code_changed_since(earlier)
@@ -192,8 +192,14 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
                     and not changed:
                 log.info("already completed with this config and code; kept as it is (%s)", rd.path)
                 return earlier
-            if changed:    # a run of other code is not this run: a table or spot check must not reuse it
-                log.info("completed with this config but other code (%s); run again", "; ".join(changed[:3]))
+            other = [f"other code ({'; '.join(changed[:3])})"] if changed else []
+            if earlier.get("config_sha") != summary["config_sha"]:
+                other.append("another config")
+            if earlier.get("seed", v.top.seed) != v.top.seed:
+                other.append(f"seed {earlier.get('seed')}")
+            if other:    # a run of other code, config or seed is not this run: neither its result nor its checkpoint is reused
+                log.info("made with %s; run again from round 1", ", ".join(other))
+                rd.file("checkpoint.pt").unlink(missing_ok=True)
             summary["resumed_from"] = earlier.get("status")
         rd.write_json("summary.json", summary)
         summary = _train(cfg, v, rd, summary, t_start)

@@ -206,6 +206,7 @@ def test_resume_makes_again_a_completed_run_of_other_code(tmp_path, tiny_cfg, ru
     run: `resume=true` (a resumed table, a spot check in a folder of earlier reruns) makes it again."""
     run_dir = run_fgx(*tiny_cfg)
     first = json.loads((run_dir / "summary.json").read_text())
+    assert (run_dir / "checkpoint.pt").exists()            # its last round's checkpoint must not be resumed
     files = first["provenance"]["code"]["files"]
     assert "fgx/trainer.py" in files
     old = dict(first, provenance={**first["provenance"], "code": {**first["provenance"]["code"],
@@ -216,3 +217,20 @@ def test_resume_makes_again_a_completed_run_of_other_code(tmp_path, tiny_cfg, ru
     assert again["provenance"]["code"]["files"]["fgx/trainer.py"] == files["fgx/trainer.py"]
     assert again["provenance"]["date"] != old["provenance"]["date"] or again["wall_time_s"] != first["wall_time_s"]
     assert again["final"] == first["final"]                # the same code gives the same numbers
+    assert "resumed from checkpoint" not in (run_dir / "fgx.log").read_text().split("other code")[-1]
+
+
+@pytest.mark.parametrize("other", [["algorithm.lr=0.05"], ["seed=1"]])
+def test_resume_never_continues_a_checkpoint_of_another_config_or_seed(tmp_path, tiny_cfg, run_fgx, other):
+    """An interrupted run's checkpoint belongs to its config and seed: `resume=true` with another one
+    starts from round 1, and ends where a fresh run of that config ends."""
+    run_dir = run_fgx(*tiny_cfg)
+    assert (run_dir / "checkpoint.pt").exists()
+    first = json.loads((run_dir / "summary.json").read_text())
+    (run_dir / "summary.json").write_text(json.dumps({k: first[k] for k in ("run_dir", "config_sha", "seed")}
+                                                     | {"status": "running"}))   # as an interrupted run leaves it
+    assert main(["run", *tiny_cfg, *other, "resume=true", f"hydra.run.dir={run_dir}"]) == 0
+    assert "resumed from checkpoint" not in (run_dir / "fgx.log").read_text().split("run again from round 1")[-1]
+    fresh = run_fgx(*tiny_cfg, *other)
+    assert json.loads((run_dir / "summary.json").read_text())["final"] == \
+        json.loads((fresh / "summary.json").read_text())["final"]

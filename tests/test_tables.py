@@ -256,6 +256,70 @@ def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, cap
     assert plan["methods"]["local_gcn"]["grid"]["algorithm.lr"] == [0.01, 0.05]
 
 
+def test_tuned_rows_must_run_their_tuned_values_and_may_take_them_from_a_sibling_table(tiny, capsys):
+    """`effort: tuned` holds only when every run of a row used the values `fgx tune` chose for it; a
+    configuration may take them from another configuration of the same data (`table.tuned_from` and the
+    preset's `override /tuned@_global_`), for every row alike, and is then never tuned itself."""
+    from fgx.tables.run import record_result
+
+    targets = TINY_TARGETS.replace("effort: authors", "effort: tuned")
+    (tiny / "conf" / "targets" / "tiny.yaml").write_text(targets)
+    assert main(["tune", "tiny", "--out", str(tiny / "tune")]) == 0
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) == 0
+
+    def effort(name):
+        return next(c for c in record_result(tiny / "conf", name, check_stale=False).checks
+                    if c.what == "equal effort")
+
+    assert effort("tiny").ok
+    rec = _record(tiny)
+    chosen = json.loads((tiny / "results" / "tiny.tune.json").read_text())["methods"]["local_gcn"]["chosen"]
+    sha = next(e["config_sha"] for e in rec["runs"] if e["overrides"]["method"] == "local_gcn")
+    rec["configs"][sha]["algorithm"]["lr"] = chosen["algorithm.lr"] * 3       # a run made before the tuning
+    (tiny / "results" / "tiny.json").write_text(json.dumps(rec))
+    c = effort("tiny")
+    assert c.ok is False and "runs without their row's tuned values: local_gcn seed" in c.fgx
+
+    sibling = TINY_TABLE.replace("  - override /partitioner: random\n",
+                                 "  - override /partitioner: random\n  - override /tuned@_global_: tiny/${method}\n")
+    sibling = sibling.replace("table:\n", "table:\n  tuned_from: tiny\n").replace("num_clients: 3", "num_clients: 4")
+    (tiny / "conf" / "experiment" / "tiny4.yaml").write_text(sibling)
+    (tiny / "conf" / "targets" / "tiny4.yaml").write_text(targets)
+    assert main(["tune", "tiny4", "--dry-run"]) == 2
+    assert "runs the values tuned for tiny" in capsys.readouterr().err
+    assert main(["repro", "tiny4", "--record", "--out", str(tiny / "out4")]) == 0
+    c = effort("tiny4")
+    assert c.ok and "`fgx tune tiny`" in c.fgx and "on validation of tiny" in c.fgx
+    (tiny / "conf" / "experiment" / "tiny4.yaml").write_text(sibling.replace(
+        "  - override /tuned@_global_: tiny/${method}\n", ""))
+    rerun = main(["repro", "tiny4", "--record", "--out", str(tiny / "out4b")])
+    c = effort("tiny4")                    # declares tiny's values but does not load them
+    assert rerun == 1 and c.ok is False and "runs without their row's tuned values" in c.fgx
+    own = tiny / "conf" / "tuned" / "tiny4"
+    own.mkdir(parents=True)
+    (own / "local_gcn.yaml").write_text("# @package _global_\nalgorithm:\n  lr: 0.05\n")
+    c = effort("tiny4")
+    assert c.ok is False and "conf/tuned/tiny4/ also has files for local_gcn" in c.fgx
+
+
+def test_every_table_that_takes_a_siblings_tuning_loads_that_siblings_files():
+    """`table.tuned_from: X` and the preset's defaults must agree: each row loads conf/tuned/X/<method>.yaml."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+    from omegaconf import OmegaConf
+
+    conf = REPO / "conf"
+    takers = {p.stem: OmegaConf.load(p).get("table", {}).get("tuned_from") for p in (conf / "experiment").glob("*.yaml")}
+    takers = {n: src for n, src in takers.items() if src}
+    assert {"fedgsp_cora_disj_5", "fedgsp_cora_ovl_50", "fedgsp_minesweeper_disj_20"} <= set(takers)
+    with initialize_config_dir(config_dir=str(conf), version_base=None):
+        for name, src in sorted(takers.items()):
+            assert (conf / "experiment" / f"{src}.yaml").exists() and not (conf / "tuned" / name).exists(), name
+            c = hydra_compose(config_name="config", overrides=[f"+experiment={name}", "method=fedavg_gcn"],
+                              return_hydra_config=True)
+            assert c.hydra.runtime.choices["tuned@_global_"] == f"{src}/fedavg_gcn", name
+
+
 def test_tune_refuses_a_grid_without_the_knob_the_comparison_hinges_on(tiny, capsys):
     """`table.tune.hinge`: a key a row's config has must be in its grid; `a|b` is one knob under two
     keys (a BPR row's bpr_tau, a BC row's tau) and either satisfies it; a knob no row has asks nothing."""

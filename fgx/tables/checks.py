@@ -226,18 +226,42 @@ SHARED_KEYS = ("rounds", "algorithm.lr", "algorithm.weight_decay", "algorithm.op
 EFFORTS = ("tuned", "shared", "authors")
 
 
+def _tuned_values_unused(conf: Path, source: str, method: str, key: str, record: dict) -> list[str]:
+    """The runs of one row whose recorded config lacks a value of the row's tuned file (a record made
+    before the tuning, or a preset that does not load the file)."""
+    from omegaconf import OmegaConf
+
+    from fgx.loggers import flatten
+    from fgx.tables.tune import _same, tuned_path
+
+    want = flatten(OmegaConf.to_container(OmegaConf.load(tuned_path(conf, source, method))) or {})
+    configs = record.get("configs") or {}
+    out = []
+    for e in record.get("runs", []):
+        if e.get("overrides", {}).get(key) != method:
+            continue
+        have = flatten(configs.get(e.get("config_sha")) or {})
+        bad = [k for k, v in want.items() if not _same(have.get(k), v)]
+        if bad:
+            out.append(f"{method} seed {e['overrides'].get('seed', '?')} ({bad[0]}: {have.get(bad[0])} ≠ {want[bad[0]]})")
+    return out
+
+
 def row_key(sweep: dict) -> str | None:
     """The key whose values are a table's rows (methods): `method`, else a swept `algorithm`."""
     return "method" if "method" in sweep else "algorithm" if "algorithm" in sweep else None
 
 
-def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep: dict) -> Check | None:
+def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep: dict,
+                 tuned_from: str | None = None) -> Check | None:
     """Equal effort, strictly: the rows of one comparison were given their values the same way, as the
     targets declare in ``effort`` (``tune``: the preset's ``table.tune``) and the files show:
 
     - ``tuned``: every row has a `fgx tune` file (conf/tuned/NAME/) from the same number of trials, and
       each grid holds every `table.tune.hinge` key the row's config has (the knob the comparison hinges
-      on: a BPR temperature, FedProx's mu); choices at a grid edge are named;
+      on: a BPR temperature, FedProx's mu); every run of a row used its tuned values; choices at a grid
+      edge are named. With ``tuned_from`` (another configuration of the same data: `table.tuned_from`
+      and the preset's ``override /tuned@_global_``) the files and trials are that table's;
     - ``shared``: ablations of one method; every row runs the same optimisation values (checked here);
     - ``authors``: ``sources`` names, for every row, where its values come from, none "defaults".
 
@@ -252,16 +276,21 @@ def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep
 
     what, paper = "equal effort", "every row given its values the same way"
     effort = t.get("effort")
-    tuned_files = [m for m in rows if key == "method" and tuned_path(conf, name, m).exists()]
+    source = tuned_from or name
+    tuned_files = [m for m in rows if key == "method" and tuned_path(conf, source, m).exists()]
+    own = [m for m in rows if tuned_from and tuned_path(conf, name, m).exists()]
+    if own:
+        return Check(what, paper, f"runs the values tuned for {tuned_from}, but conf/tuned/{name}/ also has files "
+                     f"for {', '.join(own)}, which it does not read", False)
     if effort not in EFFORTS:
         return Check(what, paper, f"effort (targets) is {effort!r}, not one of {list(EFFORTS)}"
                      + (f"; tuned: {', '.join(tuned_files)}" if tuned_files else ""), False)
     if effort == "tuned":
-        tune_file = results_dir(conf) / f"{name}.tune.json"
+        tune_file = results_dir(conf) / f"{source}.tune.json"
         tuned = json.loads(tune_file.read_text()).get("methods", {}) if tune_file.exists() else {}
         left = [m for m in rows if m not in tuned_files or m not in tuned]
         if key != "method" or left:
-            return Check(what, paper, f"declared tuned; not tuned by `fgx tune {name}`: {', '.join(left or rows)}",
+            return Check(what, paper, f"declared tuned; not tuned by `fgx tune {source}`: {', '.join(left or rows)}",
                          False)
         trials = {m: len(tuned[m].get("trials", [])) for m in rows}
         if len(set(trials.values())) > 1:
@@ -276,8 +305,13 @@ def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep
         if lacking:
             return Check(what, paper, f"the grid leaves out the knob the comparison hinges on ({'; '.join(lacking)})",
                          False)
+        unused = [u for m in rows for u in _tuned_values_unused(conf, source, m, key, record)]
+        if unused:
+            return Check(what, paper, "runs without their row's tuned values: " + "; ".join(unused[:4])
+                         + (f" (and {len(unused) - 4} more)" if len(unused) > 4 else ""), False)
         edges = [f"{m} {k}" for m in rows for k in tuned[m].get("at_edge", [])]
-        return Check(what, paper, f"every row tuned by `fgx tune {name}` ({next(iter(trials.values()))} trials each"
+        return Check(what, paper, f"every row tuned by `fgx tune {source}` ({next(iter(trials.values()))} trials each"
+                     + (f", on validation of {source}, applied to this configuration alike" if tuned_from else "")
                      + (f"; hinge keys {hinge}" if hinge else "") + ")"
                      + (f"; chosen at a grid edge: {', '.join(edges)}" if edges else ""), True)
     if tuned_files:

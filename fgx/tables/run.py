@@ -74,7 +74,8 @@ def result_of_record(conf: Path, name: str, record: dict | None, t: dict | None 
     if check_stale:
         res.stale = [f"config of {c}" for c in stale_cells(conf, name, record)]
         res.stale += [f"code: {c}" for c in code_staleness(record)]
-    effort = effort_check(conf, name, record, t, _preset_table(name).get("tune") or {}, sweep)
+    preset = _preset_table(name)
+    effort = effort_check(conf, name, record, t, preset.get("tune") or {}, sweep, preset.get("tuned_from"))
     if effort is not None:
         res.checks.append(effort)
     res.notes += progress_notes(record, sweep) + equal_rows_notes(record, sweep)

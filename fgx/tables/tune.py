@@ -61,6 +61,10 @@ def tune_spec(name: str) -> dict:
     from omegaconf import OmegaConf
 
     cfg = _compose(name, [])
+    source = cfg.table.get("tuned_from") if cfg.get("table") else None
+    if source:
+        raise ReportError(f"{name} runs the values tuned for {source} (table.tuned_from): tune that table "
+                          f"(`fgx tune {source}`), or drop tuned_from to tune this one")
     spec = OmegaConf.to_container(cfg.table, resolve=True).get("tune") if cfg.get("table") else None
     if not spec or not spec.get("grid"):
         raise ReportError(f"conf/experiment/{name}.yaml has no table.tune.grid: nothing says how to tune it")

@@ -33,6 +33,18 @@ def test_a_gap_inside_seed_noise_is_inconclusive_and_a_reversed_one_fails():
     assert paired_outcome(better, a, sampling_error=0.01).outcome == "holds"
 
 
+def test_rows_equal_on_every_seed_are_inconclusive_and_say_why():
+    # equality satisfies ">=" literally but is no evidence for a paper's ordering; the reason names it
+    a = {0: 1.0, 1: 1.0, 2: 1.0}
+    p = paired_outcome(a, dict(a))
+    assert p.outcome == "inconclusive" and p.reason == "equal on every seed" and p.low == p.high == 0.0
+    # a constant non-zero difference is a point interval and decides
+    assert paired_outcome({s: v + 0.01 for s, v in a.items()}, a).outcome == "holds"
+    # equal on two seeds of three is not "equal on every seed"
+    q = paired_outcome({0: 1.0, 1: 1.0, 2: 0.9}, a)
+    assert q.reason != "equal on every seed"
+
+
 def test_the_interval_is_the_paired_t_interval():
     from scipy import stats
 

@@ -9,7 +9,9 @@ degrees of freedom, scipy). Three outcomes:
 - **fails**: the interval lies below 0 (significant the other way);
 - **inconclusive**: the interval contains 0, fewer than two paired seeds, or the gap is smaller than
   the test split's own sampling error (a bootstrap over test items, measured in each run): a gap that
-  one prediction can move is not a result.
+  one prediction can move is not a result. Two rows equal on every seed are inconclusive too, and say
+  so: equality satisfies "≥" literally, but it is no evidence for the ordering a paper claims (a
+  method ahead of another), and a test of equivalence is not what a table's "≥" states.
 
 The t-interval is chosen over a paired bootstrap or Wilcoxon's test because tables have 3–5 seeds:
 the exact Wilcoxon test cannot reach 0.05 below 5 pairs, and a bootstrap over 3 pairs has no
@@ -69,6 +71,8 @@ def paired_outcome(a: dict, b: dict, lower_is_better: bool = False, sampling_err
     if sampling_error is not None and sampling_error == sampling_error and abs(mean) < sampling_error:
         return Paired("inconclusive", n, mean, low, high,
                       f"|Δ| below the test split's sampling error ({sampling_error:.4f})")
+    if all(x == 0 for x in d):
+        return Paired("inconclusive", n, mean, low, high, "equal on every seed")
     if low > 0:
         return Paired("holds", n, mean, low, high)
     if high < 0:

@@ -150,6 +150,17 @@ def test_targets_may_not_type_a_status(tiny):
             load_targets(tiny / "conf", "tiny")
 
 
+def test_a_malformed_targets_file_is_named_with_its_line(tiny):
+    from fgx.tables.spec import load_targets
+    from fgx.report.runs import ReportError
+
+    f = tiny / "conf" / "targets" / "tiny.yaml"
+    f.write_text(TINY_TARGETS + "scale_note: a note (with: a colon)\n")
+    line = len(f.read_text().splitlines())
+    with pytest.raises(ReportError, match=rf"targets/tiny.yaml, line {line}: not valid YAML"):
+        load_targets(tiny / "conf", "tiny")
+
+
 def test_no_committed_targets_file_types_a_status_or_a_measurement():
     import re
     for tf in (REPO / "conf" / "targets").glob("*.yaml"):

@@ -51,22 +51,33 @@ def targets_sha(t: dict) -> str:
                                      default=str).encode()).hexdigest()[:16]
 
 
+def _load_yaml(path: Path, resolve: bool = False):
+    """A preset or targets file as plain containers; a malformed file is named, not a YAML traceback."""
+    from omegaconf import OmegaConf
+    from yaml import YAMLError
+
+    try:
+        return OmegaConf.to_container(OmegaConf.load(path), resolve=resolve)
+    except YAMLError as e:
+        where = getattr(e, "problem_mark", None)
+        raise ReportError(f"{path.parent.name}/{path.name}" + (f", line {where.line + 1}" if where else "")
+                          + f": not valid YAML ({getattr(e, 'problem', None) or e})") from None
+
+
 def load_targets(conf: Path, name: str) -> dict:
     """conf/targets/NAME.yaml, or the family targets file the table names (``table.targets`` in
     conf/experiment/NAME.yaml, with ``table.item`` and ``table.data`` saying which row it is, and
     ``table.effort`` how its methods got their values where that row differs from the family)."""
-    from omegaconf import OmegaConf
-
     exp = conf / "experiment" / f"{name}.yaml"
     tf = targets_dir(conf) / f"{name}.yaml"
     if not exp.exists():
         raise ReportError(f"no preset conf/experiment/{name}.yaml; tables: {table_names(conf)}")
-    exp_node = OmegaConf.to_container(OmegaConf.load(exp))
+    exp_node = _load_yaml(exp)
     row = (exp_node.get("table") or {}) if isinstance(exp_node, dict) else {}
     if tf.exists():
-        t = OmegaConf.to_container(OmegaConf.load(tf), resolve=True)
+        t = _load_yaml(tf, resolve=True)
     elif row.get("targets") and (targets_dir(conf) / f"{row['targets']}.yaml").exists():
-        t = OmegaConf.to_container(OmegaConf.load(targets_dir(conf) / f"{row['targets']}.yaml"), resolve=True)
+        t = _load_yaml(targets_dir(conf) / f"{row['targets']}.yaml", resolve=True)
         t.pop("family", None)
         t.update({k: row[k] for k in ("item", "data", "scale_note", "effort") if k in row})
         if t.get("effort") != "authors":       # a row tuned on its own: the family's sources no longer apply

@@ -48,9 +48,23 @@ def _semantic_sha(source: bytes) -> str | None:
 
 def file_sha(path: Path) -> str | None:
     try:
-        return _semantic_sha(path.read_bytes())
+        source = path.read_bytes()
     except OSError:
         return None
+    return _semantic_sha_of(hashlib.sha256(source).digest(), source)
+
+
+def _semantic_sha_of(digest: bytes, source: bytes) -> str | None:
+    # memoised by the raw bytes' digest (hashing them is cheap, parsing is not): every run fingerprints
+    # every fgx file it imported, and parsing ~100 modules per run dominated processes that run many jobs
+    # (the tests; mutmut's, whose mutated copies are many times larger)
+    sha = _SEMANTIC.get(digest)
+    if sha is None:
+        sha = _SEMANTIC[digest] = _semantic_sha(source)
+    return sha
+
+
+_SEMANTIC: dict[bytes, str | None] = {}
 
 
 def _unchanged_since(f: str, sha: str, commit: str | None) -> bool:

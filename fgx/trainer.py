@@ -11,7 +11,7 @@ import resource
 import sys
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -187,7 +187,9 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
         summary["config_sha"], summary["seed"] = config_fingerprint(cfg)[1], v.top.seed
         if v.top.resume and prev.exists():
             earlier = rd.read_json("summary.json")
-            changed = _code_changed_since(earlier)
+            # a completed run's summary carries its code fingerprint; an interrupted run's does not yet,
+            # and its checkpoint, which carries its own, is judged where it is loaded (_resume)
+            changed = _code_changed_since(earlier) if earlier.get("status") == "completed" else []
             if earlier.get("status") == "completed" and earlier.get("config_sha") == summary["config_sha"] \
                     and not changed:
                 log.info("already completed with this config and code; kept as it is (%s)", rd.path)
@@ -254,7 +256,7 @@ def _remove_fresh_run_dir(path: Path) -> bool:
 
 def _train(cfg: DictConfig, v: Validated, rd: RunDir, summary: dict, t_start: float) -> dict:
     job = _build(v, rd)
-    loop = _resume(job, rd)
+    loop = _resume(job, rd, summary["config_sha"])
     _loop(job, rd, loop, OmegaConf.to_container(cfg, resolve=True))
     return _summarise(job, rd, loop, summary, t_start)
 
@@ -294,6 +296,7 @@ class Loop:
     startup_s: float | None = None
     diverged: dict | None = None       # DivergenceWatch's event
     diagnostics: dict | None = None    # the mechanism diagnostics over the rounds
+    identity: dict = field(default_factory=dict)   # config_sha and seed, kept in every checkpoint
 
 
 def _build(v: Validated, rd: RunDir) -> Job:
@@ -341,11 +344,30 @@ def _build(v: Validated, rd: RunDir) -> Job:
     return Job(v, ds, clients, pstats, ctx, algo, channel, privacy, executor, cover, canaries, evaluator, main_metric)
 
 
-def _resume(job: Job, rd: RunDir) -> Loop:
+def _not_this_run(ckpt: dict, identity: dict) -> list[str]:
+    """How a checkpoint differs from the run about to use it: its code (the fingerprint taken when it was
+    written), its config or its seed; a checkpoint without them is from before they were kept."""
+    from fgx.provenance import code_changes
+
+    code = ckpt.get("code")
+    changed = code_changes(code) if isinstance(code, dict) else ["no code fingerprint"]
+    out = [f"other code ({'; '.join(changed[:3])})"] if changed else []
+    if ckpt.get("config_sha") != identity["config_sha"]:
+        out.append("another config")
+    if ckpt.get("seed") != identity["seed"]:
+        out.append(f"seed {ckpt.get('seed')}")
+    return out
+
+
+def _resume(job: Job, rd: RunDir, config_sha: str) -> Loop:
     """The loop's starting point: round 1, or the state of the run directory's checkpoint (resume=true)."""
-    loop = Loop()
+    loop = Loop(identity={"config_sha": config_sha, "seed": job.v.top.seed})
     if job.v.top.resume:
         ckpt = rd.load_checkpoint()
+        other = _not_this_run(ckpt, loop.identity) if ckpt is not None else []
+        if other:    # made by other code, another config or seed: not this run's state
+            log.info("checkpoint made with %s; run again from round 1", ", ".join(other))
+            ckpt = None
         if ckpt is not None:
             job.algo.load_state_dict(ckpt["algorithm"])
             job.privacy.load_state_dict(ckpt["privacy"])
@@ -419,7 +441,8 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
                 # last round), not at every evaluation of a fast run
                 if top.output.checkpoint and (r == top.rounds or time.time() - last_ckpt >= top.output.checkpoint_every_s):
                     last_ckpt = time.time()
-                    rd.save_checkpoint({"round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
+                    rd.save_checkpoint({**loop.identity, "code": code_fingerprint(),
+                                        "round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
                                         "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
                                         "best": loop.best, "client_best": loop.client_best,
                                         "elapsed_s": time.time() - t_loop})

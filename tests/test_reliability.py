@@ -52,6 +52,10 @@ def test_sigkilled_run_resumes_to_the_same_final_metrics(tmp_path, tiny_cfg, run
     resumed = json.loads((run_dir / "summary.json").read_text())
     full = json.loads((run_fgx(*cfg) / "summary.json").read_text())
     assert resumed["status"] == "completed" and resumed["resumed_from"] == "running"
+    # it continued the checkpoint: a run made again from round 1 would end the same and prove nothing
+    log = (run_dir / "fgx.log").read_text()
+    assert f"resumed from checkpoint at round {done_before}" in log or \
+        f"resumed from checkpoint at round {done_before - 1}" in log, log[-2000:]
     assert resumed["final"] == full["final"] and resumed["per_client"] == full["per_client"]
     rows = read_jsonl(metrics)
     assert [r["round"] for r in rows if r["split"] == "test"] == list(range(1, 61))

@@ -151,10 +151,19 @@ class CertifiedLR(Algorithm):
     def state_dict(self) -> dict:
         s = self.server
         return {"W": None if s.W is None else torch.from_numpy(s.W.copy()),
-                "b": None if s.b is None else torch.from_numpy(s.b.copy()), "noise_draws": s.noise_draws}
+                "b": None if s.b is None else torch.from_numpy(s.b.copy()), "noise_draws": s.noise_draws,
+                # the trained model's gradient residual enters the certificate's bound (scalegun.py)
+                "train_residual": None if s.train_residual is None else torch.from_numpy(s.train_residual.copy()),
+                "train_info": dict(self.train_info),
+                # what each client last received (its gradients for unlearning are taken there)
+                "last_w": [None if p.last_w is None else torch.from_numpy(p.last_w.copy()) for p in self.parties]}
 
     def load_state_dict(self, state: dict) -> None:
         s = self.server
         s.W = None if state["W"] is None else state["W"].numpy().copy()
         s.b = None if state["b"] is None else state["b"].numpy().copy()
         s.noise_draws = int(state["noise_draws"])
+        s.train_residual = None if state["train_residual"] is None else state["train_residual"].numpy().copy()
+        self.train_info = dict(state["train_info"])
+        for p, w in zip(self.parties, state["last_w"]):
+            p.last_w = None if w is None else w.numpy().copy()

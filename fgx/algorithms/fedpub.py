@@ -156,12 +156,14 @@ class FedPub(Algorithm):
 
     def state_dict(self) -> dict:
         return {"personal": self.personal, "models": [s.model.state_dict() for s in self.states],
-                "masks": [{k: v.detach() for k, v in s.extra["masks"].items()} for s in self.states]}
+                "masks": [{k: v.detach() for k, v in s.extra["masks"].items()} for s in self.states],
+                "optimizers": [s.extra["opt"].state_dict() for s in self.states]}   # each client's Adam persists
 
     def load_state_dict(self, state: dict) -> None:
         self.personal = state["personal"]
-        for s, m, mk in zip(self.states, state["models"], state["masks"]):
+        for s, m, mk, o in zip(self.states, state["models"], state["masks"], state["optimizers"]):
             s.model.load_state_dict(m)
             with torch.no_grad():
                 for k, v in mk.items():
                     s.extra["masks"][k].copy_(v)
+            s.extra["opt"].load_state_dict(o)

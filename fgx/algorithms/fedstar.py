@@ -55,6 +55,10 @@ class FedStar(FedAvg):
         sd = self.global_model.state_dict()
         return {k: sd[k].detach().clone() for k in self.shared}
 
+    def state_dict(self) -> dict:
+        # the feature channel and the head never leave a client: its own model is its state, whatever is scored
+        return {**super().state_dict(), "client_models": [s.model.state_dict() for s in self.states]}
+
     def model_for(self, client):
         own = self.states[client.cid].model
         own.load_state_dict(self.shared_weights(), strict=False)   # what the next round's download sets

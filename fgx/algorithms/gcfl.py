@@ -166,7 +166,9 @@ class GCFL(FedAvg):
     def state_dict(self) -> dict:
         return {"clusters": [list(c) for c in self.clusters],
                 "cluster_models": [m.state_dict() for m in self.cluster_models],
-                "optimizers": [s.optimizer.state_dict() for s in self.states]}
+                "optimizers": [s.optimizer.state_dict() for s in self.states],
+                # each client's own model: what a download leaves (e.g. BatchNorm statistics) is its state too
+                "client_models": [s.model.state_dict() for s in self.states]}
 
     def load_state_dict(self, state: dict) -> None:
         self.clusters = [list(c) for c in state["clusters"]]
@@ -174,5 +176,6 @@ class GCFL(FedAvg):
         for m, sd in zip(self.cluster_models, state["cluster_models"]):
             m.load_state_dict(sd)
         self.global_model = self.cluster_models[0]
-        for s, o in zip(self.states, state["optimizers"]):
+        for s, o, m in zip(self.states, state["optimizers"], state["client_models"]):
+            s.model.load_state_dict(m)
             s.optimizer.load_state_dict(o)

@@ -1,0 +1,257 @@
+"""Values of the methods' formulas against independent restatements of their papers' or authors' code,
+and the names a run's records and errors carry. Each test here answers a mutant that survived the seed-1
+mutation sample of fgx/algorithms (docs/mutation/fgx_algorithms.md, docs/testing.md): a change of a
+scale, a sign, a normalisation or a key that no focused test read."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from torch import nn
+
+
+def _jsonl(path):
+    return [json.loads(l) for l in path.read_text().splitlines()]
+
+
+# ---- FedTAD: the generator's diversity term -----------------------------------------------------------
+
+def test_fedtad_diversity_loss_is_the_authors_pairwise_mean_distances():
+    """FedTAD's DiversityLoss (metric l1 on the generated features, l2 on the noise): each pair's noise
+    distance is the *mean* over noise dimensions of the squared difference and its feature distance the
+    mean absolute difference; the loss is exp(-mean over all pairs of their product)."""
+    from fgx.algorithms.fedtad import diversity_loss
+
+    g = torch.Generator().manual_seed(0)
+    noise, x = torch.randn(7, 5, generator=g), torch.randn(7, 11, generator=g)
+    noise_d = (noise[None, :, :] - noise[:, None, :]).pow(2).mean(2)
+    feat_d = (x[None, :, :] - x[:, None, :]).abs().mean(2)
+    torch.testing.assert_close(diversity_loss(noise, x), torch.exp(-(noise_d * feat_d).mean()))
+
+
+def test_fedtad_refuses_a_model_without_message_passing_naming_the_key(run_fgx, tiny_cfg, capsys):
+    run = run_fgx(*tiny_cfg, "algorithm=fedtad", "model=gamlp", "rounds=1", expect_rc=2)
+    err = capsys.readouterr().err
+    assert "model.name='gamlp'" in err and "message-passing" in err
+    assert not run.exists()
+
+
+# ---- FedGTA: the fallback when no accepted client has confidence ---------------------------------------
+
+def test_fedgta_weights_fall_back_to_uniform_over_each_clients_own_accepted_set():
+    from fgx.algorithms.fedgta import aggregation_weights
+
+    m = torch.tensor([[1.0, 0.0], [0.9, 0.1], [0.0, 1.0]])
+    W = aggregation_weights(m, torch.zeros(3), accept_alpha=0.5)
+    # clients 0 and 1 accept each other, client 2 only itself: each row is uniform over its own set
+    torch.testing.assert_close(W, torch.tensor([[0.5, 0.5, 0.0], [0.5, 0.5, 0.0], [0.0, 0.0, 1.0]]))
+    torch.testing.assert_close(W.sum(1), torch.ones(3))
+
+
+# ---- FedHGNN: semantic attention over meta-paths ---------------------------------------------------------
+
+def test_fedhgnn_semantic_attention_weighs_meta_paths_by_their_node_averaged_score():
+    """HAN's semantic attention: w_p = mean over nodes of q·tanh(W z_{n,p} + b); β = softmax_p(w);
+    the output is Σ_p β_p z_{n,p}: one weight per meta-path, shared by every node."""
+    from fgx.algorithms.fedhgnn import SemanticAttention
+
+    torch.manual_seed(0)
+    att = SemanticAttention(4, hidden=6)
+    z = torch.randn(9, 3, 4)                  # 9 nodes, 3 meta-paths (fewer paths than nodes)
+    lin1, lin2 = att.project[0], att.project[2]
+    w = torch.stack([(torch.tanh(z[:, p] @ lin1.weight.T + lin1.bias) @ lin2.weight.T).mean() for p in range(3)])
+    beta = torch.softmax(w, 0)
+    want = sum(beta[p] * z[:, p] for p in range(3))
+    torch.testing.assert_close(att(z), want)
+
+
+# ---- FedIIH: the hierarchical VGAE's negative ELBO ------------------------------------------------------
+
+def _elbo_inputs(n=6, K=2, d=3):
+    g = torch.Generator().manual_seed(3)
+    mu, logvar = torch.randn(n, K, d, generator=g), 0.3 * torch.randn(n, K, d, generator=g)
+    prior = torch.randn(K, d, generator=g)
+    return mu, logvar, prior
+
+
+def test_fediih_elbo_kl_terms_use_the_conjugate_client_posterior():
+    """Without edges the reconstruction term is 0 and the loss is the two KL terms: each node's posterior
+    against q(c) = N((Σ_n μ_n + α)/(n+1), 1/(n+1)) (the conjugate optimum under p(c) = N(α, 1),
+    p(z_n | c) = N(c, 1)), averaged; and q(c) against the prior, averaged and divided by n."""
+    from fgx.algorithms.fediih import negative_elbo
+
+    mu, logvar, prior = _elbo_inputs()
+    n = mu.size(0)
+    no_edges = torch.tensor([[0, 1], [0, 1]])            # self-loops only: no positive pair to reconstruct
+    got = negative_elbo(mu, logvar, no_edges, prior, torch.Generator().manual_seed(0))
+    c_mean, c_var = (mu.sum(0) + prior) / (n + 1), 1.0 / (n + 1)
+    kl_nodes = 0.5 * (logvar.exp() + (mu - c_mean) ** 2 + c_var - 1.0 - logvar)
+    kl_client = 0.5 * (c_var + (c_mean - prior) ** 2 - 1.0 - math.log(c_var))
+    torch.testing.assert_close(got, kl_nodes.mean() + kl_client.mean() / n)
+
+
+def test_fediih_elbo_draws_only_from_its_generator():
+    """The reparameterised sample and the negative edges come from the generator the client passes, so
+    a client's update does not depend on (or consume) torch's global random stream."""
+    from fgx.algorithms.fediih import negative_elbo
+
+    mu, logvar, prior = _elbo_inputs(n=12)
+    ei = torch.tensor([[0, 1, 2, 3, 4, 5, 6, 7], [1, 2, 3, 4, 5, 6, 7, 8]])
+    vals = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        vals.append(negative_elbo(mu, logvar, ei, prior, torch.Generator().manual_seed(5)))
+    assert vals[0] == vals[1]
+
+
+def test_fediih_client_update_is_independent_of_the_global_random_stream(run_fgx, tiny_cfg, monkeypatch):
+    """The whole client update (its VGAE term included) draws from the round's generator: perturbing
+    torch's global stream before every client update leaves the run's numbers unchanged."""
+    import fgx.algorithms.fediih as fediih
+
+    def rows(perturb: bool):
+        real = fediih.fediih_client_update
+
+        def update(*a, **k):
+            if perturb:
+                torch.manual_seed(12345)
+                torch.rand(7)
+            return real(*a, **k)
+        monkeypatch.setattr(fediih, "fediih_client_update", update)
+        run = run_fgx(*tiny_cfg, "algorithm=fediih", "rounds=2", "output.checkpoint=false")
+        return [(r["round"], r["split"], r["mean"], r.get("train_loss")) for r in _jsonl(run / "metrics.jsonl")]
+
+    assert rows(False) == rows(True)
+
+
+# ---- FedProto: the regulariser share exists once there are global prototypes ------------------------------
+
+def test_fedproto_reports_a_regulariser_share_only_from_the_round_that_has_global_prototypes(run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=fedproto", "rounds=2", "eval_every=1")
+    rows = [r for r in _jsonl(run / "metrics.jsonl") if r["split"] == "test"]
+    assert "regulariser_share" not in rows[0]          # round 1: nothing to regularise towards
+    assert rows[1]["regulariser_share"] > 0
+
+
+# ---- FedSage+: what setup records and NeighGen's optimiser ---------------------------------------------
+
+def test_fedsage_plus_records_the_generated_neighbours_per_client(run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=fedsage_plus", "rounds=1")
+    rec = _jsonl(run / "fedsage_mended.jsonl")
+    assert len(rec) == 1 and len(rec[0]["generated_nodes"]) == 3
+    assert all(isinstance(k, int) and k >= 0 for k in rec[0]["generated_nodes"])
+
+
+def test_fedsage_plus_neighgen_adam_is_fused_on_cpu():
+    """fGen's last layer has num_pred·F·2048 weights; the fused Adam is what keeps its step affordable."""
+    from fgx.algorithms.fedsage_plus import FedSagePlusParams, adam
+
+    opt = adam([nn.Parameter(torch.zeros(3))], FedSagePlusParams(), torch.device("cpu"))
+    assert opt.defaults["fused"] is True
+
+
+# ---- F2MF: the server's group statistics are the sum over clients ---------------------------------------
+
+def test_f2mf_global_group_statistics_are_the_sum_of_every_clients(recorded, run_fgx):
+    from tests.test_diagnostics import RECSYS
+
+    run_fgx(*RECSYS, "algorithm=f2mf", "algorithm.local_epochs=1")
+    for r in (1, 2):
+        sent = [p for kind, p, src, dst, rr in recorded["sent"] if kind == "group_stats" and rr == r]
+        got = [p for kind, p, src, dst, rr in recorded["sent"] if kind == "global_group_stats" and rr == r]
+        assert len(sent) == 3 and len(got) == 3
+        want = sum(s.float().double() for s in sent).float()
+        assert not torch.allclose(want, sent[-1].float())     # the check can tell the sum from one client's
+        for g in got:
+            torch.testing.assert_close(g, want)
+
+
+# ---- gossip: the training error reported per node ---------------------------------------------------------
+
+def test_gossip_train_metric_is_the_mean_squared_error_over_the_nodes_rows(run_fgx, monkeypatch):
+    import fgx.algorithms.gossip as gossip
+    from tests.test_mechanism_gossip import GOSSIP
+
+    seen = []
+    real = gossip.GossipSGD.client_metrics
+
+    def metrics(self, client):
+        out = real(self, client)
+        u = client.cid
+        x, y = self.x[u].reshape(-1, self.x.size(-1)), self.y[u].reshape(-1)
+        with torch.no_grad():
+            err = torch.stack([self.flat.predict(self.theta[u], x[i:i + 1]).reshape(()) - y[i] for i in range(len(y))])
+        seen.append((out["train"]["mse"], float((err ** 2).mean())))
+        return out
+    monkeypatch.setattr(gossip.GossipSGD, "client_metrics", metrics)
+    run_fgx(*GOSSIP, "algorithm=dp_dsgd")
+    assert seen
+    for got, want in seen:
+        assert got == pytest.approx(want, rel=1e-5)
+
+
+# ---- FedProx: the proximal term also acts in neighbour-sampled training -----------------------------------
+
+def test_fedprox_proximal_term_acts_in_sampled_minibatch_training(run_fgx, tiny_cfg):
+    sampled = ["algorithm.batch_size=16", "algorithm.fanouts=[3,3]", "algorithm.local_steps=4", "rounds=2"]
+
+    def final(mu):
+        run = run_fgx(*tiny_cfg, "algorithm=fedprox", f"algorithm.mu={mu}", *sampled)
+        return [(r["round"], r.get("train_loss")) for r in _jsonl(run / "metrics.jsonl") if r["split"] == "test"]
+
+    a, b = final(0.0), final(5.0)
+    assert a[0][1] == a[0][1] and b[0][1] == b[0][1]
+    assert a != b
+
+
+# ---- Swift-FedGNN -----------------------------------------------------------------------------------
+
+def test_swift_cross_step_uses_a_minibatch_of_the_training_nodes(monkeypatch):
+    """With batch_size < n, the cross-client step's loss is the cross-entropy over batch_size training
+    nodes drawn with the step's generator, not over all of them."""
+    import fgx.algorithms.swift_fedgnn as swift
+    from fgx.algorithms.swift_fedgnn import SwiftFedGNNParams, cross_step
+
+    n, c = 10, 3
+    logits = nn.Parameter(torch.randn(n, c, generator=torch.Generator().manual_seed(1)))
+    y = torch.arange(n) % c
+    mask = torch.ones(n, dtype=torch.bool)
+    monkeypatch.setattr(swift, "cross_forward", lambda model, view, sw, remote: logits * 1.0)
+    monkeypatch.setattr(swift, "targets", lambda view, task, split: (mask, y))
+
+    class State:
+        task, loss_weight = "node", None
+        view = type("V", (), {"x": torch.zeros(n, 2)})()
+        extra = {"swift": {"count": torch.ones(n)}}
+        model = nn.Linear(1, 1)
+        optimizer = torch.optim.SGD([logits], lr=0.0)
+
+    p = SwiftFedGNNParams(batch_size=4)
+    got = cross_step(State(), {}, p, torch.Generator().manual_seed(7))
+    batch = torch.randperm(n, generator=torch.Generator().manual_seed(7))[:4]
+    want = float(nn.functional.cross_entropy(logits.detach()[batch], y[batch]))
+    assert got == pytest.approx(want, rel=1e-6)
+    assert got != pytest.approx(float(nn.functional.cross_entropy(logits.detach(), y)), rel=1e-6)
+
+
+def test_swift_records_its_cross_iterations_per_round(run_fgx, tiny_cfg):
+    run = run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.local_steps=5", "algorithm.period=2", "rounds=2",
+                  "eval_every=1")
+    rows = [r for r in _jsonl(run / "metrics.jsonl") if r["split"] == "test"]
+    cross = _jsonl(run / "swift_cross.jsonl")
+    for row in rows:
+        assert row["cross_iterations"] == sum(1 for c in cross if c["round"] == row["round"]) > 0
+
+
+def test_swift_partial_feature_sums_go_to_the_server(recorded, run_fgx, tiny_cfg):
+    run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate", "dataset.features_public=true",
+            "rounds=1")
+    dsts = {dst for kind, _, _, dst, _ in recorded["sent"] if kind == "partial_feature_sums"}
+    assert dsts == {"server"}
+
+
+def test_swift_refuses_dropping_layer0_of_a_one_layer_model_naming_the_key(run_fgx, tiny_cfg, capsys):
+    with pytest.raises(SystemExit, match="algorithm.remote_layer0"):
+        run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "model.layers=1", "algorithm.remote_layer0=drop", "rounds=1")

@@ -49,3 +49,32 @@ def test_a_run_resumed_after_round_1_gives_the_uninterrupted_numbers(name, tmp_p
     assert "resumed from checkpoint at round 1" in log and "run again from round 1" not in log
     bad = differences(measure(run_dir), RECORDED[name])
     assert not bad, f"{name} resumed differs from the uninterrupted run:\n" + "\n".join(bad[:20])
+
+
+def test_adafgl_resumed_inside_its_personalised_step_gives_the_uninterrupted_numbers(tmp_path, monkeypatch):
+    """The two-round cases stop AdaFGL before step 2; this run stops after round 2, inside step 2
+    (extractor_rounds = 1), so the personalised models, their optimisers and the extractor's
+    soft labels must come back from the checkpoint."""
+    from fgx.cli import main
+    from fgx.outputs import RunDir
+
+    save = RunDir.save_checkpoint
+
+    def stop_after_round_2(self, state):
+        save(self, state)
+        if state["round"] == 2:
+            raise Interrupted("stopped after round 2's checkpoint")
+
+    base = [*CASES["adafgl"], *[o for o in COMMON if not o.startswith(("output.checkpoint", "rounds"))],
+            "rounds=3", "algorithm.extractor_rounds=1", "output.checkpoint=true", "output.checkpoint_every_s=0"]
+    monkeypatch.chdir(tmp_path)
+    whole, resumed = tmp_path / "whole", tmp_path / "resumed"
+    assert main(["run", *base, f"hydra.run.dir={whole}"]) == 0
+    monkeypatch.setattr(RunDir, "save_checkpoint", stop_after_round_2)
+    assert main(["run", *base, f"hydra.run.dir={resumed}"]) != 0
+    monkeypatch.setattr(RunDir, "save_checkpoint", save)
+    assert main(["run", *base, f"hydra.run.dir={resumed}", "resume=true"]) == 0
+    log = (resumed / "fgx.log").read_text().split("stopped after round 2's checkpoint")[-1]
+    assert "resumed from checkpoint at round 2" in log
+    bad = differences(measure(resumed), measure(whole))
+    assert not bad, "\n".join(bad[:20])

@@ -26,21 +26,52 @@ def bipartite_laplacian(users: np.ndarray, items: np.ndarray, num_users: int, nu
     return (sp.eye(n) - d @ a @ d).tocsr()
 
 
+REPEATED = 1e-6      # eigenvalues closer than this are one repeated eigenvalue (canonical_basis)
+
+
+def canonical_basis(w: np.ndarray, v: np.ndarray, tol: float = REPEATED) -> np.ndarray:
+    """``v`` with the basis of each repeated eigenvalue's eigenspace replaced by a canonical one.
+
+    Inside such an eigenspace any orthonormal basis is an eigenbasis, and which one LAPACK or ARPACK
+    returns depends on the CPU's kernels (AVX2 and AVX-512 builds of the same OpenBLAS differ). LGCN
+    learns one kernel per eigenvector, so that choice changed a run's numbers from one machine to the
+    next (small bipartite client graphs repeat eigenvalues many times). The canonical basis depends
+    only on the eigenspace: its projector P applied to a fixed Gaussian matrix R, orthonormalised by
+    QR (a function of P·R alone). Vectors of simple eigenvalues are left as the solver gave them (their
+    sign does not matter: LGCN filters with U·diag(k)·Uᵀ)."""
+    v = np.array(v, dtype=np.float64, copy=True)
+    bounds = np.flatnonzero(np.diff(w) >= tol) + 1
+    runs = [(a, b) for a, b in zip(np.r_[0, bounds], np.r_[bounds, len(w)]) if b - a > 1]
+    if not runs:
+        return v
+    fixed = np.random.default_rng(0).standard_normal((v.shape[0], max(b - a for a, b in runs)))
+    for a, b in runs:
+        block = v[:, a:b]
+        v[:, a:b] = np.linalg.qr(block @ (block.T @ fixed[:, : b - a]))[0]
+    return v
+
+
 def lowest_eigenpairs(lap: sp.csr_matrix, k: int, dense_below: int = 300, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """The ``k`` smallest eigenvalues (ascending) and eigenvectors [n, k] of a symmetric PSD matrix."""
+    """The ``k`` smallest eigenvalues (ascending) and eigenvectors [n, k] of a symmetric PSD matrix,
+    repeated eigenvalues with a machine-independent basis (``canonical_basis``). The dense path sees
+    the whole spectrum, so a repeated eigenvalue cut by ``k`` is made canonical before the cut; on the
+    Lanczos path (graphs over ``dense_below`` nodes) only the part below the cut is seen."""
     n = lap.shape[0]
     k = min(k, n)
     if n <= dense_below or k >= n - 1:
         w, v = np.linalg.eigh(lap.toarray())
-        return np.clip(w[:k], 0.0, 2.0), v[:, :k]
+        return np.clip(w[:k], 0.0, 2.0), canonical_basis(w, v)[:, :k]
     # smallest eigenvalues of L are the largest of 2I - L (spectrum in [0, 2]): Lanczos converges
     # much faster on the largest end than with which="SA"
+    # tol=0 (machine precision): with tol=1e-6 a MovieLens-100K client's vectors differed by up to 1e-6
+    # between OpenBLAS's AVX2 and AVX-512 kernels (1e-12 with tol=0), which survives the float32 cast and
+    # moved a 40-round LPSFed run's NDCG@20 by 0.01 from one machine to another; it cost no time there
     rng = np.random.default_rng(seed)
     shifted = (2.0 * sp.eye(n) - lap).tocsr()
-    w, v = eigsh(shifted, k=k, which="LA", v0=rng.standard_normal(n), tol=1e-6)
+    w, v = eigsh(shifted, k=k, which="LA", v0=rng.standard_normal(n), tol=0)
     w = 2.0 - w
     order = np.argsort(w)
-    return np.clip(w[order], 0.0, 2.0), v[:, order]
+    return np.clip(w[order], 0.0, 2.0), canonical_basis(w[order], v[:, order])
 
 
 def cached_eigenpairs(users: np.ndarray, items: np.ndarray, num_users: int, num_items: int, k: int,
@@ -48,6 +79,7 @@ def cached_eigenpairs(users: np.ndarray, items: np.ndarray, num_users: int, num_
     """``lowest_eigenpairs`` of a client's Laplacian, stored in ``cache_dir`` under a hash of the
     graph and k, so repeated runs (seeds, sweeps) skip the decomposition."""
     h = hashlib.sha1()
+    h.update(b"canonical-basis")     # pairs cached before canonical_basis are not reused
     for arr in (users.astype(np.int64), items.astype(np.int64), np.array([num_users, num_items, k])):
         h.update(arr.tobytes())
     path = Path(cache_dir) / f"eig_{h.hexdigest()[:20]}.npz" if cache_dir is not None else None

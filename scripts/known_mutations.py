@@ -283,7 +283,7 @@ MUTATIONS = [
     M('fediih_elbo_global_rng', 'fgx/algorithms/fediih.py',
       'negative_elbo(mu, heads(mu), view.edge_index, prior, g)',
       'negative_elbo(mu, heads(mu), view.edge_index, prior, None)',
-      ['tests/test_formula_values.py::test_fediih_client_update_is_independent_of_the_global_random_stream'],
+      ['tests/test_behaviour_unchanged.py::test_two_rounds_give_the_recorded_metrics[fediih]'],
       "FedIIH: VGAE term drawn from torch's global stream"),
     M('fediih_prior_sign', 'fgx/algorithms/fediih.py',
       'c_mean = (mu.sum(0) + prior) / (n + 1)',

@@ -235,3 +235,16 @@ def test_swift_partial_feature_sums_go_to_the_server(recorded, run_fgx, tiny_cfg
 def test_swift_refuses_dropping_layer0_of_a_one_layer_model_naming_the_key(run_fgx, tiny_cfg, capsys):
     with pytest.raises(SystemExit, match="algorithm.remote_layer0"):
         run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "model.layers=1", "algorithm.remote_layer0=drop", "rounds=1")
+
+
+# ---- evaluation helpers ------------------------------------------------------------------------------
+
+def test_score_items_with_nothing_to_score_returns_no_split():
+    """A client with no evaluation items (no labelled node in its view) gets no split back, and no
+    error: the scored set is empty."""
+    from fgx.algorithms.base import score_items
+    from fgx.sampler import NeighborSampler
+
+    sampler = NeighborSampler(torch.tensor([[0, 1], [1, 0]]), 2, [2])
+    out = score_items(None, "node", {}, sampler, 8, lambda smp: torch.zeros(smp.nodes.numel(), 3), 3, 0)
+    assert out == {}

@@ -152,7 +152,25 @@ def machine() -> dict:
         pass
     return {"system": platform.system(), "cpu": cpu, "cores": os.cpu_count(),
             "omp_threads": os.environ.get("OMP_NUM_THREADS"), "python": platform.python_version(),
-            "torch": torch.__version__, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None}
+            "torch": torch.__version__, "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+            "kernels": kernels()}
+
+
+def kernels() -> dict:
+    """The instruction sets torch and numpy's BLAS chose on this CPU: the same code and libraries give
+    other floating-point results under other kernels (AVX2 against AVX-512), which is what a spot check
+    of a record made elsewhere may see (docs/tables.md)."""
+    import torch
+
+    out = {"torch": torch.backends.cpu.get_cpu_capability()}
+    try:
+        from threadpoolctl import threadpool_info
+
+        out["blas"] = sorted({f"{i.get('internal_api')} {i.get('architecture')}" for i in threadpool_info()
+                              if i.get("user_api") == "blas"})
+    except ImportError:         # threadpoolctl comes with scikit-learn; without it the BLAS is not named
+        pass
+    return out
 
 
 def provenance(command: str) -> dict:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 from fgx.cli import main
 
@@ -88,6 +89,9 @@ def test_repro_records_the_table_and_its_cells_resolve_to_what_ran(tiny, capsys)
         assert e["command"].startswith("fgx run ") and "+experiment=tiny" in e["command"]
         assert e["launched_by"] == "fgx repro tiny --record" and e["machine"]["cores"] and "date" in e and "commit" in e
         assert "fgx/trainer.py" in e["code"]["files"] and e["code"]["deps"]["torch"]
+        # the kernels the CPU ran (floating-point results differ between AVX2 and AVX-512 ones)
+        assert e["machine"]["kernels"]["torch"] == torch.backends.cpu.get_cpu_capability()
+        assert e["machine"]["kernels"]["blas"]            # e.g. ["openblas SkylakeX"]
         # `fgx run +experiment=tiny method=M` resolves to exactly the config the table ran
         assert cell_config("tiny", {"method": e["overrides"]["method"]})[1] == e["config_sha"]
         assert rec["configs"][e["config_sha"]]["algorithm"]["name"] == e["overrides"]["method"].split("_")[0]

@@ -91,12 +91,17 @@ def _cost_mark(t: dict, res: ReproResult, jobs: int | None) -> str:
     return f"  # [full scale: {jobs} runs, {took} measured]"
 
 
+def _machine(m: dict) -> str:
+    """CPU, cores and, where recorded, torch's kernels (AVX2, AVX512: floating-point results differ)."""
+    kernels = (m.get("kernels") or {}).get("torch")
+    return f"{m.get('cpu', '?')}, {m.get('cores', '?')} cores" + (f", {kernels} kernels" if kernels else "")
+
+
 def _provenance_line(record: dict) -> str:
     runs = record.get("runs") or [record]
     commits = sorted({r.get("commit") or "?" for r in runs})
     dates = sorted(r.get("date", "?")[:10] for r in runs)
-    machines = sorted({f"{(r.get('machine') or {}).get('cpu', '?')}, {(r.get('machine') or {}).get('cores', '?')} cores"
-                       for r in runs})
+    machines = sorted({_machine(r.get("machine") or {}) for r in runs})
     dirty = " (uncommitted changes)" if any(r.get("dirty") for r in runs) else ""
     span = dates[0] if dates[0] == dates[-1] else f"{dates[0]} … {dates[-1]}"
     collected = sum(1 for r in runs if r.get("provenance") == "collected")

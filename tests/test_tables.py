@@ -137,6 +137,23 @@ def test_a_record_goes_stale_when_the_preset_changes(tiny):
     assert res.status == "stale" and sorted(res.stale) == ["config of method=fedavg_gcn", "config of method=local_gcn"]
 
 
+def test_a_record_lacking_runs_the_preset_sweeps_is_stale_until_they_run(tiny):
+    from fgx.tables.run import record_result
+
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(f.read_text().replace("seed: 0,1", "seed: 0,1,2"))      # the preset now names 3 seeds
+    res = record_result(tiny / "conf", "tiny")
+    assert res.status == "stale" and len(res.stale) == 1
+    assert "method=local_gcn seed=2" in res.stale[0] and "method=fedavg_gcn seed=2" in res.stale[0]
+    before = {json.dumps(e["overrides"], sort_keys=True): e["date"] for e in _record(tiny)["runs"]}
+    main(["repro", "tiny", "seed=2", "--record", "--out", str(tiny / "out2")])   # only the missing runs
+    rec = _record(tiny)
+    assert sorted(e["overrides"]["seed"] for e in rec["runs"]) == ["0", "0", "1", "1", "2", "2"]
+    assert all(before[k] == e["date"] for e in rec["runs"] if (k := json.dumps(e["overrides"], sort_keys=True)) in before)
+    assert record_result(tiny / "conf", "tiny").stale == []
+
+
 def test_runs_changed_by_extra_overrides_are_not_recorded(tiny, capsys):
     assert main(["repro", "tiny", "rounds=2", "seed=0", "--record", "--out", str(tiny / "out")]) == 1
     assert not (tiny / "results" / "tiny.json").exists()

@@ -8,6 +8,7 @@ only when asked (``fgx repro NAME --record``); otherwise a run's record goes int
 """
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import time
@@ -19,7 +20,7 @@ from fgx.tables.accounting import run_accounting
 from fgx.tables.checks import Check, ReproResult, effort_check, equal_rows_notes, progress_notes, row_key, table_from_runs
 from fgx.tables.render import markdown
 from fgx.tables.records import code_staleness, load_record, merge, provenance, results_dir, run_entry, write_record
-from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, targets_sha
+from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, table_sweeps, targets_sha
 
 
 def _stamp() -> str:
@@ -42,6 +43,24 @@ def stale_cells(conf: Path, name: str, record: dict) -> list[str]:
         if cache[ck] != e.get("config_sha") and label not in stale:
             stale.append(label)
     return stale
+
+
+def missing_cells(conf: Path, name: str, record: dict) -> list[str]:
+    """Cells the preset's sweep runs that the record lacks: a seed or a row added to the preset after the
+    record was made. Without this a record of 3 seeds would read as the 5-seed table the preset names."""
+    sweep = table_sweeps(conf, [name])[name]
+    if isinstance(sweep, int):          # an Optuna table: its trials are not a fixed grid
+        return []
+    keys = list(sweep)
+    have = {tuple(_sweep_value(e.get("overrides", {}).get(k)) for k in keys) for e in record.get("runs", [])}
+    return [" ".join(f"{k}={v}" for k, v in zip(keys, combo))
+            for combo in itertools.product(*(sweep[k] for k in keys))
+            if tuple(_sweep_value(v) for v in combo) not in have]
+
+
+def _missing_note(name: str, missing: list[str]) -> str:
+    shown = ", ".join(missing[:3]) + (f" … ({len(missing)} in all)" if len(missing) > 3 else "")
+    return f"runs the preset sweeps but the record lacks: {shown}; `fgx repro {name} --record` runs them"
 
 
 def _preset_table(name: str) -> dict:
@@ -74,6 +93,9 @@ def result_of_record(conf: Path, name: str, record: dict | None, t: dict | None 
     if check_stale:
         res.stale = [f"config of {c}" for c in stale_cells(conf, name, record)]
         res.stale += [f"code: {c}" for c in code_staleness(record)]
+        missing = missing_cells(conf, name, record)
+        if missing:
+            res.stale.append(_missing_note(name, missing))
     preset = _preset_table(name)
     effort = effort_check(conf, name, record, t, preset.get("tune") or {}, sweep, preset.get("tuned_from"))
     if effort is not None:

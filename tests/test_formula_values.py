@@ -1,7 +1,8 @@
 """Values of the methods' formulas against independent restatements of their papers' or authors' code,
 and the names a run's records and errors carry. Each test here answers a mutant that survived the seed-1
 mutation sample of fgx/algorithms (docs/mutation/fgx_algorithms.md, docs/testing.md): a change of a
-scale, a sign, a normalisation or a key that no focused test read."""
+scale, a sign, a normalisation or a key that no focused test read. The tests after "seed-2 sample" answer
+that sample's survivors the same way."""
 from __future__ import annotations
 
 import json
@@ -248,3 +249,43 @@ def test_score_items_with_nothing_to_score_returns_no_split():
     sampler = NeighborSampler(torch.tensor([[0, 1], [1, 0]]), 2, [2])
     out = score_items(None, "node", {}, sampler, 8, lambda smp: torch.zeros(smp.nodes.numel(), 3), 3, 0)
     assert out == {}
+
+
+# ---- seed-2 sample ------------------------------------------------------------------------------------
+
+def test_fedtgp_prototype_generator_has_the_authors_relu_between_its_layers():
+    """FedTGP's Trainable_prototypes (authors' code): embedding -> Linear -> ReLU -> Linear. With every
+    hidden pre-activation negative the ReLU zeroes them, so the output is the last layer's bias."""
+    from fgx.algorithms.fedtgp import TrainablePrototypes
+
+    m = TrainablePrototypes(num_classes=3, dim=4)
+    with torch.no_grad():
+        m.embedding.weight.fill_(-1.0)
+        m.middle[0].weight.copy_(torch.eye(4))
+        m.middle[0].bias.zero_()
+        m.fc.weight.fill_(0.5)
+        m.fc.bias.copy_(torch.tensor([1.0, 2.0, 3.0, 4.0]))
+    out = m(torch.tensor([0, 2]))
+    torch.testing.assert_close(out, torch.tensor([[1.0, 2.0, 3.0, 4.0]] * 2))
+
+
+def test_fedgnn_refuses_fanouts_saying_it_runs_on_the_whole_expanded_subgraph(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match=r"algorithm\.fanouts=\[3, 3\] .*FedGNN runs on the whole expanded subgraph"):
+        run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.fanouts=[3,3]", "rounds=1")
+
+
+def test_fedgnn_max_expanded_caps_the_remote_neighbours_each_node_receives(recorded, run_fgx, tiny_cfg):
+    """With max_expanded = 1 every node gets at most one remote neighbour, though the graph gives some
+    node several (so the cap, not the graph, bounds it)."""
+    from collections import Counter
+
+    run_fgx(*tiny_cfg, "algorithm=fedgnn", "rounds=1", "algorithm.max_expanded=1")
+    data, clients = recorded["data"], recorded["clients"]
+    owner = {int(v): c.cid for c in clients for v in c.nodes}
+    remote = Counter(int(n) for w, n in data.edge_index.t().tolist() if owner[int(w)] != owner[int(n)])
+    assert max(remote.values()) > 1
+    sent = [p for kind, p, *_ in recorded["sent"] if kind == "expanded_neighbours"]
+    assert sent
+    for p in sent:
+        rows = p["nodes"].tolist()
+        assert rows and max(Counter(rows).values()) == 1

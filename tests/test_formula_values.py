@@ -289,3 +289,30 @@ def test_fedgnn_max_expanded_caps_the_remote_neighbours_each_node_receives(recor
     for p in sent:
         rows = p["nodes"].tolist()
         assert rows and max(Counter(rows).values()) == 1
+
+
+RANK = ["dataset=synthetic_bipartite", "dataset.num_users=60", "dataset.num_items=80", "dataset.mean_degree=10",
+        "partitioner=random_users", "partitioner.num_clients=3", "rounds=1", "output.checkpoint=false"]
+
+
+@pytest.mark.parametrize("algo,fn,extra", [
+    ("fedmf", "bpr_epochs", ["model=mf", "model.dim=8", "algorithm.local_epochs=1"]),
+    ("f2mf", "bpr_epochs", []), ("fedhgnn", "bpr_epochs", []), ("fedpergnn", "bpr_epochs", []),
+    ("pfedrec", "bpr_epochs", []), ("fedssp", "bpr_graph_epochs", [])])
+def test_every_bpr_method_trains_at_its_configured_temperature(algo, fn, extra, run_fgx, monkeypatch):
+    """The BPR temperature is the knob the LPSFed table tunes for every BPR row: each call of the BPR
+    loop a run makes (pFedRec: its head's and its model's) gets the configured value, not the 1.0 default."""
+    import importlib
+
+    mod = importlib.import_module(f"fgx.algorithms.{algo}")
+    real, taus = getattr(mod, fn), []
+
+    def spy(*args, **kw):
+        taus.append(kw["bpr_tau"] if "bpr_tau" in kw else args[4] if fn == "bpr_graph_epochs" else None)
+        return real(*args, **kw)
+
+    monkeypatch.setattr(mod, fn, spy)
+    run_fgx(*RANK, f"algorithm={algo}", *extra, "algorithm.bpr_tau=0.37")
+    assert taus and all(t == pytest.approx(0.37) for t in taus), taus
+    if algo == "pfedrec":
+        assert len(taus) == 2 * 3            # per client: the head's epochs, then the model's

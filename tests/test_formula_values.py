@@ -316,3 +316,20 @@ def test_every_bpr_method_trains_at_its_configured_temperature(algo, fn, extra, 
     assert taus and all(t == pytest.approx(0.37) for t in taus), taus
     if algo == "pfedrec":
         assert len(taus) == 2 * 3            # per client: the head's epochs, then the model's
+
+
+def test_fedpergnn_item_tokens_are_keyed_63_bit_blake2b_digests():
+    """The docstring's promise: 63-bit tokens (the digest's top 63 bits, non-negative in int64), equal for
+    equal items under one key and different under another."""
+    import hashlib
+
+    from fgx.algorithms.fedpergnn import item_tokens
+
+    items, key = torch.arange(64), b"shared-key"
+    tok = item_tokens(items, key)
+    want = [int.from_bytes(hashlib.blake2b(int(i).to_bytes(8, "little"), key=key, digest_size=8).digest(), "little") >> 1
+            for i in items.tolist()]
+    assert tok.tolist() == want
+    assert (tok >= 0).all() and int(tok.max()) >= 2 ** 62       # all 63 bits in use (chance of failing: 2^-64)
+    assert torch.equal(item_tokens(items[[5, 5]], key), tok[[5, 5]])
+    assert not set(item_tokens(items, b"other-key").tolist()) & set(tok.tolist())

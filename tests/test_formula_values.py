@@ -333,3 +333,14 @@ def test_fedpergnn_item_tokens_are_keyed_63_bit_blake2b_digests():
     assert (tok >= 0).all() and int(tok.max()) >= 2 ** 62       # all 63 bits in use (chance of failing: 2^-64)
     assert torch.equal(item_tokens(items[[5, 5]], key), tok[[5, 5]])
     assert not set(item_tokens(items, b"other-key").tolist()) & set(tok.tolist())
+
+
+def test_fedgsp_refuses_mini_batches_saying_it_trains_full_batch(run_fgx, tiny_cfg):
+    with pytest.raises(SystemExit, match=r"algorithm\.batch_size=8 .*FedGSP trains full batch"):
+        run_fgx(*tiny_cfg, "algorithm=fedgsp", "algorithm.batch_size=8")
+
+
+def test_fedtad_refuses_fewer_generated_nodes_than_classes_naming_the_key(run_fgx, tiny_cfg, capsys):
+    run_fgx(*tiny_cfg, "algorithm=fedtad", "algorithm.num_gen=1", "rounds=1", expect_rc=2)
+    err = capsys.readouterr().err
+    assert "algorithm.num_gen=1" in err and ">= the number of classes" in err

@@ -350,6 +350,9 @@ def test_fedpergnn_ldp_noises_every_batch_gradient_at_the_authors_scale(run_fgx,
     assert priv["releases_per_client"] == [2 * 2 * -(-c.inter.train.size(1) // 64) for c in seen["algo"].clients]
     assert len(calls) == sum(priv["releases_per_client"])
     assert priv["epsilon"] == pytest.approx(max(priv["epsilon_per_client"]))
+    # what each epsilon means, for a reader of privacy.json: fgx's composes every release, the paper's does not
+    assert "basic composition over every release" in priv["unit"]
+    assert priv["paper_unit"].startswith("per coordinate and release, per user") and "not composed" in priv["paper_unit"]
     assert sum(priv["epsilon_per_client"]) == pytest.approx(sum(np.sqrt(b) * 2.0 for b, *_ in calls))
     noise_abs = []
     for b, before, after in calls:

@@ -344,3 +344,32 @@ def test_fedtad_refuses_fewer_generated_nodes_than_classes_naming_the_key(run_fg
     run_fgx(*tiny_cfg, "algorithm=fedtad", "algorithm.num_gen=1", "rounds=1", expect_rc=2)
     err = capsys.readouterr().err
     assert "algorithm.num_gen=1" in err and ">= the number of classes" in err
+
+
+CE = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=16", "partitioner=random",
+      "partitioner.num_clients=3", "model=gcn", "model.hidden=16", "algorithm=ce_fedgnn", "rounds=1",
+      "algorithm.local_steps=1", "algorithm.batch_size=null", "algorithm.fanouts=null", "output.checkpoint=false"]
+
+
+def test_ce_fedgnn_node_embeddings_of_a_random_subset_are_rows_of_all_of_them(run_fgx, monkeypatch):
+    """Metric DP's rho may be computed on ``max_nodes`` released embeddings drawn at random: each is the
+    embedding of some owned node (the full release's row), and the draw depends on the seed."""
+    from fgx.algorithms.ce_fedgnn import CEFedGNN
+
+    seen, real = {}, CEFedGNN.setup
+
+    def setup(self):
+        seen["algo"] = self
+        return real(self)
+
+    monkeypatch.setattr(CEFedGNN, "setup", setup)
+    run_fgx(*CE)
+    algo = seen["algo"]
+    full = algo.node_embeddings()
+    assert full.size(0) == sum(c.n_own for c in algo.clients)
+    subs = [algo.node_embeddings(max_nodes=7, seed=s) for s in (1, 2)]
+    for sub in subs:
+        assert sub.size(0) == 7
+        assert torch.cdist(sub.double(), full.double()).min(1).values.max() < 1e-6
+    assert not torch.equal(subs[0], subs[1])
+    torch.testing.assert_close(algo.node_embeddings(max_nodes=7, seed=1), subs[0])     # the seed fixes the draw

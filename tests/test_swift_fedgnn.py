@@ -114,8 +114,21 @@ def test_no_cross_step_equals_fedavg(run_fgx, tiny_cfg):
     assert _metrics(a) != _metrics(c)     # the cross steps do act
 
 
+def test_raw_layer0_refused_at_setup_too_when_the_config_check_is_bypassed(run_fgx, tiny_cfg, monkeypatch, capsys):
+    """The second guard, where the sums would be built: with the config check skipped, setup refuses."""
+    from fgx.algorithms.swift_fedgnn import SwiftFedGNN
+
+    monkeypatch.setattr(SwiftFedGNN, "check_config", classmethod(lambda cls, params, validated: None))
+    run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate", "rounds=1", expect_rc=2)
+    err = capsys.readouterr().err
+    assert "dataset.features_public=False" in err
+    assert "equal a feature row for a single neighbour (or use algorithm.remote_layer0=drop)" in err
+
+
 def test_raw_layer0_needs_public_features(run_fgx, tiny_cfg):
-    with pytest.raises(SystemExit, match="dataset.features_public"):      # before any work, no run directory
+    # before any work, no run directory; the error says why (a sum over one neighbour is its raw row)
+    with pytest.raises(SystemExit, match=r"dataset\.features_public=False .*raw features, which equal a feature row "
+                                         r"for a single neighbour \(or use algorithm\.remote_layer0=drop\)"):
         run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate", "rounds=1")
     run = run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate",
                   "dataset.features_public=true", "rounds=1")

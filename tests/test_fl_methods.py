@@ -290,6 +290,8 @@ def test_settings_without_a_readable_representation_are_refused_before_work(over
     with pytest.raises(SystemExit) as e:
         main(["run", *NODE, "algorithm=moon", override])
     assert needle in str(e.value.code)
+    if needle == "model.classifier='none'":           # and why: there is no representation under the logits
+        assert "linear with algorithm=moon (it needs the representation under the classifier)" in str(e.value.code)
     assert not (tmp_path / "outputs").exists()
 
 

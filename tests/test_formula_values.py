@@ -373,3 +373,12 @@ def test_ce_fedgnn_node_embeddings_of_a_random_subset_are_rows_of_all_of_them(ru
         assert torch.cdist(sub.double(), full.double()).min(1).values.max() < 1e-6
     assert not torch.equal(subs[0], subs[1])
     torch.testing.assert_close(algo.node_embeddings(max_nodes=7, seed=1), subs[0])     # the seed fixes the draw
+
+
+def test_fedsage_plus_generated_neighbour_counts_are_clamped_to_zero_and_num_pred():
+    """dGen's predicted numbers made integers: floor (or round), never below 0, at most num_pred."""
+    from fgx.algorithms.fedsage_plus import counts
+
+    num = torch.tensor([-2.3, -0.4, 0.4, 2.6, 3.7, 9.0])
+    assert counts(num, 5).tolist() == [0, 0, 0, 2, 3, 5]
+    assert counts(num, 5, rounding="round").tolist() == [0, 0, 0, 3, 4, 5]

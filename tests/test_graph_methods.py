@@ -175,6 +175,18 @@ def test_fedssp_graph_preference_pulls_client_means_to_the_consensus(run_fgx):
     assert spread[1000.0] < 0.5 * spread[0.0]
 
 
+def test_fedssp_graph_round_without_clients_keeps_the_consensus_and_logs_no_spread(run_fgx, monkeypatch, recorded):
+    """A Poisson draw may pick no client: the round sends nothing, the consensus stays unset and the
+    spread is logged as missing (NaN, null in metrics.jsonl), not as a number."""
+    from fgx.algorithms.fedssp_graph import FedSSPGraph
+
+    seen = grab(monkeypatch, FedSSPGraph)
+    rd = run_fgx("algorithm=fedssp_graph", *SSP, "rounds=2", "eval_every=1", "algorithm.client_sampling=poisson",
+                 "algorithm.client_fraction=0.01")          # seed 0: no client in either round
+    assert not recorded["sent"] and seen["algo"].consensus is None
+    assert [r["consensus_spread"] for r in rows(rd / "metrics.jsonl")] == [None] * 4
+
+
 def test_ssp_edge_bases_are_spectral_filters():
     """Each head's basis on edge (i, j) is (U diag(f_h(λ)) U^T)_ij over that edge's graph only."""
     from torch_geometric.data import Data

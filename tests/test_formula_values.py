@@ -382,3 +382,27 @@ def test_fedsage_plus_generated_neighbour_counts_are_clamped_to_zero_and_num_pre
     num = torch.tensor([-2.3, -0.4, 0.4, 2.6, 3.7, 9.0])
     assert counts(num, 5).tolist() == [0, 0, 0, 2, 3, 5]
     assert counts(num, 5, rounding="round").tolist() == [0, 0, 0, 3, 4, 5]
+
+
+@pytest.mark.parametrize("mode,grad", [("straight_through", 1.0), ("scaled", 0.3)])
+def test_ce_fedgnn_moving_average_value_and_its_gradient_to_the_fresh_embedding(mode, grad):
+    """Eq. 5 for the rows being updated: (1 - γ)·old + γ·fresh, the others keep old. The gradient that
+    reaches the fresh embedding is 1 (straight_through) or γ (scaled, the average's own derivative);
+    rows not updated get none. Both modes share the value."""
+    from types import SimpleNamespace
+
+    from fgx.algorithms.ce_fedgnn import _ma
+
+    gamma, old = 0.3, torch.tensor([[1.0, 2.0], [3.0, 4.0], [5.0, 6.0]])
+    c = SimpleNamespace(n_own=3, hbar=[old.clone()], hbar_init=[torch.ones(3, dtype=torch.bool)],
+                        updated=[torch.zeros(3, dtype=torch.bool)])
+    p = SimpleNamespace(embedding_sharing="ma", gamma=gamma, ma_init="first", grad_through_ma=mode)
+    fresh = torch.tensor([[10.0, 20.0], [30.0, 40.0], [50.0, 60.0]], requires_grad=True)
+    upd = torch.tensor([True, False, True])
+    used = _ma(c, p, 0, fresh, upd, torch.arange(3), whole=True)
+    want = torch.where(upd[:, None], (1 - gamma) * old + gamma * fresh.detach(), old)
+    torch.testing.assert_close(used.detach(), want)
+    torch.testing.assert_close(c.hbar[0], want)
+    assert c.updated[0].tolist() == upd.tolist()
+    used.sum().backward()
+    torch.testing.assert_close(fresh.grad, upd[:, None].float().expand(3, 2) * grad)

@@ -406,3 +406,27 @@ def test_ce_fedgnn_moving_average_value_and_its_gradient_to_the_fresh_embedding(
     assert c.updated[0].tolist() == upd.tolist()
     used.sum().backward()
     torch.testing.assert_close(fresh.grad, upd[:, None].float().expand(3, 2) * grad)
+
+
+def test_ce_fedgnn_edge_clients_pass_messages_over_their_cross_client_transactions(run_fgx, monkeypatch):
+    """On the edge task every layer of a bank's graph holds its cross-bank transactions too (the halo
+    accounts' embeddings are what CE-FedGNN shares): owned edges plus cross edges, some with a halo end."""
+    from fgx.algorithms.ce_fedgnn import CEFedGNN
+
+    seen, real = {}, CEFedGNN.setup
+
+    def setup(self):
+        seen["algo"] = self
+        return real(self)
+
+    monkeypatch.setattr(CEFedGNN, "setup", setup)
+    run_fgx("dataset=aml_tiny", "dataset.scale=0.25", "partitioner.num_clients=2", "model.hidden=8",
+            "algorithm=ce_fedgnn", "algorithm.local_steps=1", "algorithm.batch_size=16", "algorithm.fanouts=[3,3]",
+            "rounds=1", "output.checkpoint=false")
+    algo = seen["algo"]
+    for c, cl in zip(algo.clients, algo.ctx.clients):
+        d = cl.data
+        assert d.cross_edge_index.size(1) > 0
+        for ei in c.layer_edges:
+            assert ei.size(1) == d.edge_index.size(1) + d.cross_edge_index.size(1)
+            assert (ei >= c.n_own).any()            # edges with a halo account at one end

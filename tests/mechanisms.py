@@ -35,3 +35,15 @@ def flat(d: dict) -> torch.Tensor:
 def train_counts(clients) -> list[int]:
     """Training nodes each client owns (FedAvg's weights, FedPUB's n_j), from the client views."""
     return [int(c.data.train_mask[: c.num_owned].sum()) for c in clients]
+
+
+def capture_setup(monkeypatch, cls) -> dict:
+    """The algorithm object of an in-process run, in ``["algo"]`` once its ``setup`` has been called."""
+    seen, real = {}, cls.setup
+
+    def setup(self):
+        seen["algo"] = self
+        return real(self)
+
+    monkeypatch.setattr(cls, "setup", setup)
+    return seen

@@ -12,6 +12,8 @@ import pytest
 import torch
 from torch import nn
 
+from mechanisms import capture_setup
+
 
 def _jsonl(path):
     return [json.loads(l) for l in path.read_text().splitlines()]
@@ -356,13 +358,7 @@ def test_ce_fedgnn_node_embeddings_of_a_random_subset_are_rows_of_all_of_them(ru
     embedding of some owned node (the full release's row), and the draw depends on the seed."""
     from fgx.algorithms.ce_fedgnn import CEFedGNN
 
-    seen, real = {}, CEFedGNN.setup
-
-    def setup(self):
-        seen["algo"] = self
-        return real(self)
-
-    monkeypatch.setattr(CEFedGNN, "setup", setup)
+    seen = capture_setup(monkeypatch, CEFedGNN)
     run_fgx(*CE)
     algo = seen["algo"]
     full = algo.node_embeddings()
@@ -413,13 +409,7 @@ def test_ce_fedgnn_edge_clients_pass_messages_over_their_cross_client_transactio
     accounts' embeddings are what CE-FedGNN shares): owned edges plus cross edges, some with a halo end."""
     from fgx.algorithms.ce_fedgnn import CEFedGNN
 
-    seen, real = {}, CEFedGNN.setup
-
-    def setup(self):
-        seen["algo"] = self
-        return real(self)
-
-    monkeypatch.setattr(CEFedGNN, "setup", setup)
+    seen = capture_setup(monkeypatch, CEFedGNN)
     run_fgx("dataset=aml_tiny", "dataset.scale=0.25", "partitioner.num_clients=2", "model.hidden=8",
             "algorithm=ce_fedgnn", "algorithm.local_steps=1", "algorithm.batch_size=16", "algorithm.fanouts=[3,3]",
             "rounds=1", "output.checkpoint=false")

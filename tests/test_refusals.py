@@ -117,3 +117,44 @@ def test_fedgcn_refuses_raw_feature_sums_at_setup_too(tmp_path, monkeypatch):
     monkeypatch.setattr(FedGCN, "check_config", classmethod(lambda cls, params, validated: None))
     want = [m for n, _, m in CASES if n == "fedgcn_public"][0]
     assert refusal([*TINY, "algorithm=fedgcn"], tmp_path / "run") == f"fgx: config error: {want}"
+
+
+REDUCES = [
+    (["algorithm=fedprox", "algorithm.mu=0"], "fedavg: mu = 0"),
+    (["algorithm=fedprox", "algorithm.local_steps=1"],
+     "fedavg: with one local step the proximal term's gradient is zero at the global weights"),
+    (["algorithm=fedprox", "algorithm.local_epochs=1"],
+     "fedavg: with one local step the proximal term's gradient is zero at the global weights"),
+    (["algorithm=fedprox", "algorithm.local_epochs=1", "algorithm.batch_size=16"], None),
+    (["algorithm=fedprox", "algorithm.local_epochs=2"], None),
+    (["algorithm=fedprox", "algorithm.local_steps=2", "algorithm.mu=0.01"], None),
+    (["algorithm=moon", "algorithm.mu=0"], "fedavg: mu = 0"),
+    (["algorithm=moon", "algorithm.mu=0.5"], None),
+    (["algorithm=gcfl", "algorithm.warmup_rounds=2"], None),
+    (["algorithm=fedavg"], None),
+]
+
+
+@pytest.mark.parametrize("overrides,why", REDUCES, ids=[" ".join(o) for o, _ in REDUCES])
+def test_a_method_says_when_its_settings_make_it_another_row(overrides, why):
+    """``reduces_to``: what the tables read to refuse a row that cannot differ from a simpler method's
+    (fgx/tables/run.py identical_rows), with the reason a user reads; None where the method is itself."""
+    from fgx.config import validate
+    from fgx.launch import compose
+
+    v = validate(compose([*TINY, *overrides]))
+    assert v.entries["algorithm"].obj.reduces_to(v.params["algorithm"], v.top) == why
+
+
+def test_gcfl_says_it_is_fedavg_when_the_run_ends_inside_its_warm_up():
+    """GCFL's config check refuses such a run first; ``reduces_to`` gives the tables the same reason."""
+    import dataclasses
+
+    from fgx.config import validate
+    from fgx.launch import compose
+
+    v = validate(compose([*TINY, "algorithm=gcfl", "algorithm.warmup_rounds=2"]))
+    gcfl = v.entries["algorithm"].obj
+    assert gcfl.reduces_to(v.params["algorithm"], dataclasses.replace(v.top, rounds=2)) == \
+        "fedavg: rounds 2 ≤ warmup_rounds 2, so no cluster splits before the run ends"
+    assert gcfl.reduces_to(dataclasses.replace(v.params["algorithm"], warmup_rounds=None), v.top) is None

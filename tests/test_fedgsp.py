@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from fgx.algorithms.fedgsp import (inverse_weighting, laplacian, newton_rows, optimise_graph,
+from fgx.algorithms.fedgsp import (inverse_weighting, vertex_weighting, laplacian, newton_rows, optimise_graph,
                                    personalised_average, similarity_matrix, simplex_projection, w_update, FedGSPParams)
 from fgx.homophily import adjusted_homophily, edge_homophily, node_homophily
 from fgx.models.unifilter import propagation_matrix, unifilter_bases
@@ -134,6 +134,29 @@ def test_optimised_graph_rows_on_simplex_and_r_s_on_simplex():
     w1, b1 = w_update(t, 1.0, torch.zeros(m, dtype=torch.float64), "converge")
     w2, _ = newton_rows(1.0 / m - t / 2 + t.sum(1, keepdim=True) / (2 * m), b1, 1)
     torch.testing.assert_close(w1, w2)
+
+
+def test_vertex_weighting_puts_all_its_mass_on_the_largest_quadratic_form():
+    """s_update=vertex: the minimiser of -Σ s_l² n_l on the (scaled) simplex, n_l = d_lᵀ L d_l for each
+    descriptor column l, is a vertex: the scale on argmax n_l, 0 elsewhere; and the heterophily
+    similarity is computed with that s."""
+    g = torch.Generator().manual_seed(4)
+    m, k, f = 5, 2, 4
+    q_desc = torch.randn(m, k * f, generator=g, dtype=torch.float64)
+    p_desc = torch.randn(m, k * f, generator=g, dtype=torch.float64)
+    w0 = torch.rand(m, m, generator=g, dtype=torch.float64).fill_diagonal_(0)
+    lap = laplacian(w0)
+    n = torch.stack([q_desc[:, l] @ lap @ q_desc[:, l] for l in range(k * f)])
+    s = vertex_weighting(q_desc, lap, 2.5)
+    want = torch.zeros(k * f, dtype=torch.float64)
+    want[int(torch.argmax(n))] = 2.5
+    torch.testing.assert_close(s, want)
+    factor = 1.0 / 3
+    params = FedGSPParams(s_update="vertex", similarity="principal_angle_cos", rs_scale=2.5)
+    w, _, _ = optimise_graph(w0, torch.zeros(m, dtype=torch.float64), p_desc, q_desc, k, params)
+    r = inverse_weighting(p_desc, lap, 2.5)    # the homophily side keeps Eq. 17
+    t = params.alpha * similarity_matrix(q_desc, s, k, factor) - params.beta * similarity_matrix(p_desc, r, k, factor)
+    torch.testing.assert_close(w, w_update(t, params.gamma, torch.zeros(m, dtype=torch.float64), params.w_solver)[0])
 
 
 def test_personalised_average_uses_order_graphs_for_combination():

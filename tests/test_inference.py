@@ -192,3 +192,11 @@ def test_received_halo_rows_replace_the_layerwise_rows_as_in_the_wrappers_forwar
         ref = w(d)
         plain = inference.forward(w.inner, d, "edge", ids, chunk_edges=300)
     assert torch.allclose(got, ref, atol=1e-5) and not torch.allclose(got, plain, atol=1e-4)
+    # the wrapper's own layer-wise interface (encode, layer, activate, head) composes to its forward too
+    with torch.no_grad():
+        s = w.encode(d)
+        h, e = s["h"], s["e"]
+        for i in range(w.num_layers):
+            pre, e = w.layer(i, h, e, d.edge_index)
+            h = w.activate(i, pre)
+        assert torch.allclose(w.head(h, e, d.edge_index, d), ref, atol=1e-5)

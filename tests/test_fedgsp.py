@@ -159,6 +159,21 @@ def test_vertex_weighting_puts_all_its_mass_on_the_largest_quadratic_form():
     torch.testing.assert_close(w, w_update(t, params.gamma, torch.zeros(m, dtype=torch.float64), params.w_solver)[0])
 
 
+def test_the_one_step_newton_solver_takes_exactly_one_step():
+    """w_solver=newton_one_step_warm: one Newton step of Eqs. 30-34 from the warm b̂, not two."""
+    g = torch.Generator().manual_seed(5)
+    m = 6
+    h = torch.randn(4, m, generator=g, dtype=torch.float64)
+    b0 = torch.zeros(4, dtype=torch.float64)
+    val = (b0[:, None] - h).clamp(min=0).sum(1) / m - b0
+    grad = (h < b0[:, None]).to(h.dtype).sum(1) / m - 1.0
+    b1 = b0 - val / grad
+    w, b = newton_rows(h, b0, 1)
+    torch.testing.assert_close(b, b1)
+    torch.testing.assert_close(w, (h - b1[:, None]).clamp(min=0))
+    assert not torch.allclose(newton_rows(h, b0, 2)[1], b1)
+
+
 def test_personalised_average_uses_order_graphs_for_combination():
     m, order = 3, 2
     weights = [{"comb_weight": torch.full((1, order + 1, 4), float(i)), "mlp.0.weight": torch.full((2, 2), float(i))}

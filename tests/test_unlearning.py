@@ -472,6 +472,18 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
     assert json.loads((run / "summary.json").read_text())["unlearning"]["requests"] == 4
 
 
+@pytest.mark.parametrize("overrides", [["unlearning=cgu"], ["unlearning=scalegun", "algorithm.exact=true"]],
+                         ids=["cgu", "scalegun_exact"])
+def test_an_exact_propagation_start_reports_no_propagation_error(run_fgx, tiny_cfg, overrides):
+    """CGU (and ScaleGUN with algorithm.exact=true) start from exactly propagated embeddings: the record's
+    setup states r_max_effective 0 and no ε1 term, where the approximate start states both (above)."""
+    run = run_fgx(*certified(tiny_cfg), *overrides, "unlearning.requests.num_requests=1",
+                  "unlearning.requests.batch_size=1")
+    setup = json.loads((run / "unlearning.json").read_text())["setup"]
+    assert setup["r_max_effective"] == 0.0 and setup["epsilon1"] == 0.0
+    assert ("exact_propagation_s" in setup) == (overrides == ["unlearning=cgu"])
+
+
 def test_unlearning_needs_the_certified_model(run_fgx, tiny_cfg):
     with pytest.raises(SystemExit, match="algorithm.name.*certified_lr"):
         run_fgx(*tiny_cfg, "unlearning=scalegun")

@@ -420,3 +420,28 @@ def test_ce_fedgnn_edge_clients_pass_messages_over_their_cross_client_transactio
         for ei in c.layer_edges:
             assert ei.size(1) == d.edge_index.size(1) + d.cross_edge_index.size(1)
             assert (ei >= c.n_own).any()            # edges with a halo account at one end
+
+
+# ---- seed-3 sample ----------------------------------------------------------------------------------------
+
+def test_sampled_training_builds_each_clients_neighbour_sampler_once(run_fgx, tiny_cfg, monkeypatch):
+    """Minibatch training with fanouts keeps each client's NeighborSampler (its CSR of the client's
+    graph) across steps and rounds instead of rebuilding it for every step."""
+    import inspect
+
+    import fgx.sampler
+
+    built = []     # per sampler built: whether training (base.sampled_loss) built it
+
+    class Counting(fgx.sampler.NeighborSampler):
+        def __init__(self, *a, **kw):
+            built.append(any(f.function == "sampled_loss" for f in inspect.stack(0)))
+            super().__init__(*a, **kw)
+    monkeypatch.setattr(fgx.sampler, "NeighborSampler", Counting)
+    clients = [o for o in tiny_cfg if o.startswith("partitioner.num_clients=")]
+    n_clients = int(clients[-1].split("=")[1]) if clients else None
+    run_fgx(*tiny_cfg, "algorithm=fedavg", "algorithm.batch_size=16", "algorithm.fanouts=[3,3]",
+            "algorithm.local_steps=4", "rounds=2", "eval_every=100")
+    # at most one per client over its 4 steps x 2 rounds (a client with fewer than 16 training items
+    # trains full batch, without a sampler)
+    assert n_clients and 1 <= sum(built) <= n_clients

@@ -445,3 +445,32 @@ def test_sampled_training_builds_each_clients_neighbour_sampler_once(run_fgx, ti
     # at most one per client over its 4 steps x 2 rounds (a client with fewer than 16 training items
     # trains full batch, without a sampler)
     assert n_clients and 1 <= sum(built) <= n_clients
+
+
+@pytest.mark.parametrize("mode,want", [("owner", {1.0}), ("half", {1.0}), ("full", {2.0})])
+def test_ce_fedgnn_cross_bank_transaction_loss_weights_sum_over_its_two_banks(run_fgx, monkeypatch, mode, want):
+    """algorithm.cross_edge_weight on the edge task: a cross-bank transaction is a training item of both
+    banks; `owner` gives its loss to exactly one of them (fixed by its global id), `half` 0.5 to each,
+    `full` 1 to each; a bank's own transactions weigh 1."""
+    from collections import defaultdict
+
+    from fgx.algorithms.ce_fedgnn import CEFedGNN
+
+    seen = capture_setup(monkeypatch, CEFedGNN)
+    run_fgx("dataset=aml_tiny", "dataset.scale=0.25", "partitioner.num_clients=2", "model.hidden=8",
+            "algorithm=ce_fedgnn", "algorithm.local_steps=1", "algorithm.batch_size=16", "algorithm.fanouts=[3,3]",
+            f"algorithm.cross_edge_weight={mode}", "rounds=1", "output.checkpoint=false")
+    per_edge = defaultdict(list)
+    for c, cl in zip(seen["algo"].clients, seen["algo"].ctx.clients):
+        d = cl.data
+        n_owned = d.global_edge_id.numel()
+        w = c.item_weight.cpu()
+        assert w[:n_owned].eq(1.0).all()
+        for gid, wi in zip(d.cross_global_edge_id.tolist(), w[n_owned:].tolist()):
+            per_edge[gid].append(wi)
+    assert per_edge and all(len(ws) == 2 for ws in per_edge.values())
+    assert {sum(ws) for ws in per_edge.values()} == want
+    if mode == "owner":
+        assert {tuple(sorted(ws)) for ws in per_edge.values()} == {(0.0, 1.0)}
+        firsts = [ws[0] for ws in per_edge.values()]
+        assert 0 < sum(firsts) < len(firsts)        # both banks own some of them

@@ -400,10 +400,13 @@ class CEFedGNN(Algorithm):
             if p.cross_edge_weight == "half":
                 item_w[view.is_cross] = 0.5
             elif p.cross_edge_weight == "owner":
-                # each cross edge's loss goes to one of its two holders, fixed by the global edge id
+                # each cross edge's loss goes to one of its two holders, fixed by the global edge id: a
+                # bit of its hash picks the holder of the endpoint with the lower or the higher global id
+                # (each holder owns exactly one endpoint of a cross edge, so exactly one holder agrees)
                 gid = torch.cat([d.global_edge_id, d.cross_global_edge_id])
-                lower = torch.minimum(view.global_ids[view.edge_index[0]], view.global_ids[view.edge_index[1]])
-                mine = (gid * 2654435761 + ctx.seed) % 2 == (lower == view.global_ids[view.edge_index[0]]).long()
+                src, dst = view.edge_index
+                lower_end = torch.where(view.global_ids[src] <= view.global_ids[dst], src, dst)
+                mine = (gid * 2654435761 + ctx.seed) % 2 == (lower_end < n_own).long()
                 item_w[view.is_cross & ~mine] = 0.0
         opt = torch.optim.Adam(model.parameters(), lr=p.lr)
         sampler = None

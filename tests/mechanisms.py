@@ -37,13 +37,14 @@ def train_counts(clients) -> list[int]:
     return [int(c.data.train_mask[: c.num_owned].sum()) for c in clients]
 
 
-def capture_setup(monkeypatch, cls) -> dict:
-    """The algorithm object of an in-process run, in ``["algo"]`` once its ``setup`` has been called."""
-    seen, real = {}, cls.setup
+def capture_setup(monkeypatch, cls, method: str = "setup") -> dict:
+    """The algorithm object of an in-process run, in ``["algo"]`` once its ``method`` (``setup`` unless
+    named) has been called."""
+    seen, real = {}, getattr(cls, method)
 
-    def setup(self):
+    def wrapped(self, *a, **kw):
         seen["algo"] = self
-        return real(self)
+        return real(self, *a, **kw)
 
-    monkeypatch.setattr(cls, "setup", setup)
+    monkeypatch.setattr(cls, method, wrapped)
     return seen

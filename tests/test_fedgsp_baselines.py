@@ -9,6 +9,8 @@ import math
 import pytest
 import torch
 
+from mechanisms import capture_setup
+
 
 def _jsonl(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
@@ -20,17 +22,6 @@ def _metrics(run):
 
 def _sent(recorded, kind):
     return [(p, src, dst, r) for k, p, src, dst, r in recorded["sent"] if k == kind]
-
-
-def _capture(monkeypatch, cls) -> dict:
-    """The run's algorithm object, in ``["algo"]`` once the run has set it up."""
-    seen, real = {}, cls.setup
-
-    def setup(self):
-        seen["algo"] = self
-        real(self)
-    monkeypatch.setattr(cls, "setup", setup)
-    return seen
 
 
 # ---- the model each method needs is picked by its preset ------------------------------------------
@@ -261,7 +252,7 @@ def test_adafgl_step_two_uses_the_extractors_soft_labels_and_the_knowledge_graph
     from fgx.algorithms.base import copy_model
     from fgx.models.gamlp import normalized_adjacency, propagate
 
-    seen = _capture(monkeypatch, AdaFGL)
+    seen = capture_setup(monkeypatch, AdaFGL)
     run_fgx(*tiny_cfg, "algorithm=adafgl", "algorithm.extractor_rounds=1", "rounds=2")
     algo, p = seen["algo"], seen["algo"].params
     extractor = {dst: q for q, _, dst, _ in _sent(recorded, "knowledge_extractor")}

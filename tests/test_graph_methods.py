@@ -7,25 +7,14 @@ import json
 import pytest
 import torch
 
+from mechanisms import capture_setup
+
 GROUPS = ["dataset=graph_synth", "dataset.groups=2", "dataset.num_graphs=120", "partitioner=cross_dataset",
           "partitioner.clients_per_dataset=3", "model.hidden=8", "model.layers=2"]
 
 
 def rows(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def grab(monkeypatch, cls, method: str = "round"):
-    """Keep the algorithm object of an in-process run (``seen["algo"]``)."""
-    seen = {}
-    real = getattr(cls, method)
-
-    def wrapped(self, *a, **kw):
-        seen["algo"] = self
-        return real(self, *a, **kw)
-
-    monkeypatch.setattr(cls, method, wrapped)
-    return seen
 
 
 def scaled_update(state, weights, p, seed):
@@ -78,7 +67,7 @@ def test_gcfl_on_graphs_shares_the_gin_layers_only(run_fgx, monkeypatch, recorde
     its own input layer and head, and scores with them and its cluster's layers."""
     from fgx.algorithms.gcfl import GCFL
 
-    seen = grab(monkeypatch, GCFL, "observe")
+    seen = capture_setup(monkeypatch, GCFL, "observe")
     run_fgx("algorithm=gcfl", *GROUPS, "rounds=2", "eval_every=2")
     kinds = {kind: payload for kind, payload, *_ in recorded["sent"]}
     assert set(kinds["cluster_weights"]) == set(kinds["update"])
@@ -96,7 +85,7 @@ def test_gcfl_on_graphs_shares_the_gin_layers_only(run_fgx, monkeypatch, recorde
 def test_fedstar_averages_the_structure_encoder_and_keeps_the_feature_encoder(run_fgx, monkeypatch, recorded):
     from fgx.algorithms.fedstar import FedStar
 
-    seen = grab(monkeypatch, FedStar)
+    seen = capture_setup(monkeypatch, FedStar)
     run_fgx("algorithm=fedstar", *GROUPS, "rounds=2", "eval_every=2", "model.n_rw=4", "model.n_dg=4")
     sent = [(kind, payload) for kind, payload, *_ in recorded["sent"]]
     structure = ("embedding_s.", "convs_s.")
@@ -147,7 +136,7 @@ def test_fedssp_graph_shares_the_spectral_encoders_only(run_fgx, monkeypatch, re
     client's own. Nothing else is sent but the representation means and their consensus."""
     from fgx.algorithms.fedssp_graph import FedSSPGraph
 
-    seen = grab(monkeypatch, FedSSPGraph)
+    seen = capture_setup(monkeypatch, FedSSPGraph)
     run_fgx("algorithm=fedssp_graph", *SSP, "rounds=2", "eval_every=2")
     kinds = {}
     for kind, payload, *_ in recorded["sent"]:
@@ -180,7 +169,7 @@ def test_fedssp_graph_round_without_clients_keeps_the_consensus_and_logs_no_spre
     spread is logged as missing (NaN, null in metrics.jsonl), not as a number."""
     from fgx.algorithms.fedssp_graph import FedSSPGraph
 
-    seen = grab(monkeypatch, FedSSPGraph)
+    seen = capture_setup(monkeypatch, FedSSPGraph)
     rd = run_fgx("algorithm=fedssp_graph", *SSP, "rounds=2", "eval_every=1", "algorithm.client_sampling=poisson",
                  "algorithm.client_fraction=0.01")          # seed 0: no client in either round
     assert not recorded["sent"] and seen["algo"].consensus is None

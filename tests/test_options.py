@@ -105,3 +105,31 @@ def test_graph_ranker_optimizer_choice(name, cls):
 
     opt = make_optimizer(name, [torch.nn.Parameter(torch.zeros(2))], 0.03, 1e-4)
     assert type(opt) is cls and opt.defaults["lr"] == 0.03 and opt.defaults["weight_decay"] == 1e-4
+
+
+def test_unifilter_homophily_estimate_from_training_edges_the_reference_codes_id_range_or_all_labels():
+    """homophily_estimate: ĥ over edges between training nodes (train_edges); over edges between nodes
+    0..#train-1, the reference code's loop (code_bug); over every edge with every label (oracle)."""
+    from torch_geometric.data import Data
+
+    from fgx.models.unifilter import estimate_homophily
+
+    # nodes 0-3 are all of one label and joined; the training nodes 4-7 alternate labels along a path
+    y = torch.tensor([0, 0, 0, 0, 0, 1, 0, 1])
+    ei = torch.tensor([[0, 1, 2, 4, 5, 6, 3], [1, 2, 3, 5, 6, 7, 4]])
+    ei = torch.cat([ei, ei.flip(0)], 1)
+    train = torch.tensor([False] * 4 + [True] * 4)
+    view = Data(y=y, edge_index=ei, train_mask=train, num_nodes=8)
+    assert estimate_homophily(view, "train_edges") == 0.0      # 4-5, 5-6, 6-7: all differ
+    assert estimate_homophily(view, "code_bug") == 1.0         # nodes 0-3: 0-1, 1-2, 2-3, all the same
+    assert estimate_homophily(view, "oracle") == pytest.approx(4 / 7)
+
+
+def test_unifilter_sole_combination_has_one_coefficient_per_order_for_every_channel():
+    """comb=sole: the K+1 bases are combined with one coefficient per order (shared by all channels);
+    per_channel: one per order and channel."""
+    from fgx.models.unifilter import UniFilter, UniFilterParams
+
+    for comb, width in (("sole", 1), ("per_channel", 6)):
+        m = UniFilter(UniFilterParams(K=3, comb=comb), 6, 2)
+        assert m.comb_weight.shape == (1, 4, width)

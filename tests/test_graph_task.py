@@ -133,6 +133,24 @@ def test_size_skew_sorts_and_cross_dataset_keeps_one_member_per_client():
     assert [c.stats["sources"] for c in clients] == [[0], [0], [1], [1]]
 
 
+def test_size_skew_by_degree_sorts_clients_by_their_graphs_mean_degree():
+    """partitioner.key=degree: graphs sorted by mean degree (edges over nodes), not by size."""
+    ds = synth(num_graphs=80, groups=2)
+    clients = clients_of(ds, partition("size_skew", ds, num_clients=4, key="degree"))
+
+    def degrees(c):
+        d = c.data
+        return (torch.bincount(d.graph[d.edge_index[0]], minlength=int(d.graph.max()) + 1)
+                / torch.bincount(d.graph).clamp(min=1)).tolist()
+
+    per = [degrees(c) for c in clients]
+    for lo, hi in zip(per, per[1:]):
+        assert max(lo) <= min(hi) + 1e-6
+    assert max(per[-1]) > min(per[0])
+    by_size = clients_of(ds, partition("size_skew", ds, num_clients=4))
+    assert [c.data.graph_ids.tolist() for c in clients] != [c.data.graph_ids.tolist() for c in by_size]
+
+
 def test_label_dirichlet_skews_graph_labels():
     ds = synth(num_graphs=200, num_classes=3, density=0.1)
     skew = [c.stats["label_counts"] for c in clients_of(ds, partition("label_dirichlet", ds, num_clients=4, alpha=0.1))]

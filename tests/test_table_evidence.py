@@ -396,3 +396,57 @@ def test_rows_still_improving_at_the_end_are_named_under_trained():
     assert "a +0.0200" in notes[0] and "b +0.0000" in notes[0]
     assert len(notes) == 2 and "Still improving at the end (gain > 0.005): a;" in notes[1]
     assert len(progress_notes({"runs": runs[2:]}, sweep)) == 1
+
+
+def test_two_jobs_recording_into_one_table_at_once_both_land(tiny, monkeypatch):
+    """Two `fgx repro T --record` (or `fgx tune T --methods`) jobs that finish together: each reads the
+    record, adds its runs and writes it back. Each read waits here, so without the record's lock both
+    read the empty record and the later write drops the other job's runs."""
+    import threading
+    import time
+
+    import fgx.tables.records as records
+    from fgx.tables.records import merge, update_record
+
+    read = records.load_record
+
+    def slow_read(conf, name):
+        got = read(conf, name)
+        time.sleep(0.3)
+        return got
+
+    monkeypatch.setattr(records, "load_record", slow_read)
+    entry = lambda method: {"overrides": {"method": method, "seed": "0"}, "summary": {}, "config_sha": method}
+    jobs = [threading.Thread(target=update_record, args=(tiny / "conf", "tiny",
+                                                         lambda base, m=m: merge(base, "tiny", [entry(m)], {m: {}})))
+            for m in ("local_gcn", "fedavg_gcn")]
+    for j in jobs:
+        j.start()
+    for j in jobs:
+        j.join()
+    rec = json.loads((tiny / "results" / "tiny.json").read_text())
+    assert sorted(e["overrides"]["method"] for e in rec["runs"]) == ["fedavg_gcn", "local_gcn"]
+    assert sorted(rec["configs"]) == ["fedavg_gcn", "local_gcn"]
+    assert not list((tiny / "results").glob(".*lock"))          # no lock file left in results/
+
+
+def test_a_spot_check_refuses_a_record_another_job_wrote_while_it_ran(tiny, monkeypatch, capsys):
+    """The spot check reads the record, reruns a seed for minutes, then writes the record carried over:
+    runs another job recorded meanwhile would be lost, so it refuses and leaves the record as it is."""
+    import fgx.launch
+
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
+    path = tiny / "results" / "tiny.json"
+    launch = fgx.launch.run
+
+    def launch_while_another_job_records(args):
+        launch(args)
+        rec = json.loads(path.read_text())
+        rec["runs"][0]["date"] = "written by another job"
+        path.write_text(json.dumps(rec))
+
+    monkeypatch.setattr(fgx.launch, "run", launch_while_another_job_records)
+    capsys.readouterr()
+    assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot")]) == 2
+    assert "changed while the spot check ran" in capsys.readouterr().err
+    assert json.loads(path.read_text())["runs"][0]["date"] == "written by another job"

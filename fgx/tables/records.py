@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import json
 import os
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 from fgx.config import default_data_dir
 from fgx.provenance import code_changes, provenance  # noqa: F401 - provenance: the collecting command's
@@ -50,6 +52,26 @@ def load_record(conf: Path, name: str) -> dict | None:
     except json.JSONDecodeError as e:
         from fgx.report.runs import ReportError
         raise ReportError(f"{p}: not a readable record ({e}); restore it from git or run `fgx repro {name}` again")
+
+
+@contextmanager
+def record_lock(conf: Path, name: str):
+    """Hold results/NAME.json's lock while a job reads, merges and writes it: two jobs recording into one
+    table (two `fgx repro --record` of different methods, two `fgx tune --methods`) that finish together
+    both land; without it the later write replaces the earlier job's runs with the record it read first.
+    The lock is the data preparation's (an OS lock the kernel releases when its holder dies)."""
+    from fgx.data.prepare import preparation_lock
+
+    with preparation_lock(results_dir(conf) / f".{name}.json.lock", f"the record results/{name}.json"):
+        yield
+
+
+def update_record(conf: Path, name: str, change: Callable[[dict | None], dict]) -> tuple[dict, Path]:
+    """Read results/NAME.json (None when absent), apply ``change``, write the result back, all under the
+    record's lock; returns the record written and its path."""
+    with record_lock(conf, name):
+        record = change(load_record(conf, name))
+        return record, write_record(conf, name, record)
 
 
 def write_record(conf: Path, name: str, record: dict) -> Path:

@@ -19,7 +19,8 @@ from fgx.report.runs import ReportError
 from fgx.tables.accounting import run_accounting
 from fgx.tables.checks import Check, ReproResult, effort_check, equal_rows_notes, progress_notes, row_key, table_from_runs
 from fgx.tables.render import markdown
-from fgx.tables.records import code_staleness, load_record, merge, provenance, results_dir, run_entry, write_record
+from fgx.tables.records import (code_staleness, load_record, merge, provenance, results_dir, run_entry,
+                                update_record, write_record)
 from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, table_sweeps, targets_sha
 
 
@@ -204,9 +205,12 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
         launch(["-m", f"+experiment={name}", f"hydra.sweep.dir={out}", "resume=true", *(overrides or [])])
     entries, configs, refused = collect(conf, name, out, command)
     if entries:
-        base = load_record(conf, name) if record else None
-        merged = drop_retired_cells(merge(base, name, entries, configs), table_sweep(name))
-        path = write_record(conf, name, merged) if record else _write_local(out, name, merged)
+        merged_with = lambda base: drop_retired_cells(merge(base, name, entries, configs), table_sweep(name))
+        if record:      # read, merge and write under the record's lock: parallel --record jobs all land
+            merged, path = update_record(conf, name, merged_with)
+        else:
+            merged = merged_with(None)
+            path = _write_local(out, name, merged)
         res = result_of_record(conf, name, merged, t)
         res.files.append(path)
     else:

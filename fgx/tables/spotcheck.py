@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgx.report.runs import ReportError
-from fgx.tables.records import code_staleness, load_record, provenance, write_record
+from fgx.tables.records import code_staleness, load_record, provenance, record_lock, write_record
 
 TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
 COMPARED = ("final", "best", "best_client")
@@ -113,7 +113,11 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
         res.max_diff = max(res.max_diff, worst)
         res.differences += [f"{label}: {d}" for d in diffs]
     if res.ok:
-        res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, command, res))
+        with record_lock(conf, name):
+            if load_record(conf, name) != record:   # another job recorded into it while the reruns ran
+                raise ReportError(f"{name}: results/{name}.json changed while the spot check ran (another "
+                                  f"job wrote it); nothing carried over: spot-check again")
+            res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, command, res))
     return res
 
 

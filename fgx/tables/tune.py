@@ -126,7 +126,7 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
          out: Path | None = None, dry_run: bool = False) -> dict:
     from fgx.launch import run as launch
     from fgx.report.runs import find_runs
-    from fgx.tables.records import provenance, results_dir, write_record
+    from fgx.tables.records import provenance, update_record
 
     overrides = list(overrides or [])
     check_overrides(overrides)
@@ -166,8 +166,7 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
     command = " ".join(["fgx tune", name, *(["--methods", ",".join(methods)] if methods != all_methods else []),
                         *overrides])
     prov = provenance(command)
-    record_file = results_dir(conf) / f"{name}.tune.json"
-    tune_record = json.loads(record_file.read_text()) if record_file.exists() else {"table": name, "methods": {}}
+    tune_record = {"table": name, "methods": {}}
     for m in methods:
         g = grids[m]
         sweep = [f"{k}={','.join(_fmt(v) for v in vals)}" for k, vals in zip(g.keys, g.values)]
@@ -197,10 +196,12 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
         sign = -1.0 if metric in LOWER_IS_BETTER else 1.0    # mse & co.: the smallest validation value wins
         best = max(done, key=lambda t: sign * t["val"])  # max() keeps the first of equal values: grid order
         write_tuned(conf, name, m, best, g, spec, len(trials), prov)
-        tune_record["methods"][m] = {**plan["methods"][m], "trials": trials, "chosen": best["values"],
-                                     "val": best["val"], "select": spec["select"], "seeds": spec["seeds"],
-                                     "hinge": hinge[m], "at_edge": at_edge(g, best["values"]), **prov}
-        write_record(conf, f"{name}.tune", tune_record)
+        entry = {**plan["methods"][m], "trials": trials, "chosen": best["values"], "val": best["val"],
+                 "select": spec["select"], "seeds": spec["seeds"], "hinge": hinge[m],
+                 "at_edge": at_edge(g, best["values"]), **prov}
+        # re-read under the lock: another `fgx tune --methods` of this table may have written since
+        tune_record, _ = update_record(conf, f"{name}.tune", lambda r, m=m, entry=entry: {
+            **(r or {"table": name}), "methods": {**(r or {}).get("methods", {}), m: entry}})
     return tune_record
 
 

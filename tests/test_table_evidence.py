@@ -450,3 +450,13 @@ def test_a_spot_check_refuses_a_record_another_job_wrote_while_it_ran(tiny, monk
     assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot")]) == 2
     assert "changed while the spot check ran" in capsys.readouterr().err
     assert json.loads(path.read_text())["runs"][0]["date"] == "written by another job"
+
+
+def test_a_record_that_cannot_be_locked_is_a_clear_error_not_a_traceback(tmp_path, monkeypatch):
+    from fgx.report.runs import ReportError
+    from fgx.tables.records import update_record
+
+    (tmp_path / "results").write_text("a file where the results folder should be")
+    monkeypatch.setenv("FGX_RESULTS_DIR", str(tmp_path / "results"))
+    with pytest.raises(ReportError, match="cannot lock the record results/t.json"):
+        update_record(tmp_path / "conf", "t", lambda r: {"table": "t", "runs": []})

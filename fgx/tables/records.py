@@ -60,10 +60,19 @@ def record_lock(conf: Path, name: str):
     table (two `fgx repro --record` of different methods, two `fgx tune --methods`) that finish together
     both land; without it the later write replaces the earlier job's runs with the record it read first.
     The lock is the data preparation's (an OS lock the kernel releases when its holder dies)."""
+    from fgx.data.base import DataError
     from fgx.data.prepare import preparation_lock
 
-    with preparation_lock(results_dir(conf) / f".{name}.json.lock", f"the record results/{name}.json"):
+    lock = preparation_lock(results_dir(conf) / f".{name}.json.lock", f"the record results/{name}.json")
+    try:
+        lock.__enter__()
+    except DataError as e:      # the lock's own wording is the data preparation's: say what fgx repro/tune met
+        from fgx.report.runs import ReportError
+        raise ReportError(f"cannot lock the record results/{name}.json to write it ({e})") from None
+    try:
         yield
+    finally:
+        lock.__exit__(None, None, None)
 
 
 def update_record(conf: Path, name: str, change: Callable[[dict | None], dict]) -> tuple[dict, Path]:

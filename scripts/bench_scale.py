@@ -12,6 +12,8 @@ process under a memory limit and a timeout.
     python scripts/bench_scale.py --quick                                    # smoke: 2k nodes, 10 clients, 1 round
     python scripts/bench_scale.py --markdown results/benchmarks/scale/bench_scale.json   # the docs' table
     python scripts/bench_scale.py --plot results/benchmarks/scale/bench_scale.json       # its plot again
+    python scripts/bench_scale.py --combine results/benchmarks/scale/all.json full.json full_rest.json
+                                  # one curve from a stopped bench and the run that finished it
 
 Measured per run: seconds per round (the median of ``--rounds`` rounds after ``--warmup`` rounds; fgx:
 ``round_time_s`` of metrics.jsonl, the clients' local steps and the exchange, without evaluation;
@@ -254,6 +256,35 @@ def plot_result(result: dict, path: Path) -> None:
          + ("" if result.get("done") else " (partial)"))
 
 
+# the settings that make rows of two bench files comparable; a combined file refuses parts that differ
+COMPARABLE = ("rounds", "warmup", "mem_limit_gb", "executor", "fedavg_local_steps", "features", "seed",
+              "omp_num_threads", "fgx_overrides")
+
+
+def combine(parts: list[dict], names: list[str]) -> dict:
+    """One result from several bench files of the same settings (a bench stopped by hand and the run
+    that measured what it left): each row keeps the commit and file it came from, and a run measured
+    in a later part replaces the same run (tool, algorithm, clients, data, size) of an earlier one."""
+    for name, part in zip(names[1:], parts[1:]):
+        differ = [k for k in COMPARABLE if part.get(k) != parts[0].get(k)]
+        if differ:
+            raise SystemExit(f"bench_scale --combine: {name} differs from {names[0]} in {', '.join(differ)}; "
+                             "rows measured under other settings are not one curve")
+    rows: dict[tuple, dict] = {}
+    for name, part in zip(names, parts):
+        for r in part["rows"]:
+            key = (r["tool"], r["algorithm"], r["clients"], r["dataset"], r.get("size") or r.get("nodes"))
+            if r["status"] == "skipped" and key in rows:
+                continue
+            rows[key] = {**r, "commit": part["commit"], "part": name}
+    merged = {k: parts[0][k] for k in COMPARABLE}
+    result = {"bench": "scale", "done": bool(parts[-1].get("done")),
+              "commit": "+".join(dict.fromkeys(p["commit"] for p in parts)), "parts": names, **merged,
+              "timeout_s": max(p["timeout_s"] for p in parts), "rows": list(rows.values())}
+    result["largest_fit"] = largest_fit(result["rows"])
+    return result
+
+
 def markdown(result: dict) -> str:
     """The table of docs/performance.md from a written ``<name>.json``: one row per run."""
     out = ["| tool | algorithm | data | nodes | clients | status | s/round | MB/round | peak RSS MB | start-up s | CPU share |",
@@ -276,9 +307,8 @@ def git_commit() -> str | None:
     return out.stdout.strip() or None
 
 
-def summarise(a, rows: list[dict], load_before, done: bool) -> dict:
-    """The JSON line: the settings, the largest size of every line that ran, and every run (``done``:
-    false while the bench still runs; the file is rewritten after every run)."""
+def largest_fit(rows: list[dict]) -> dict[str, dict]:
+    """The largest size of every line (tool x algorithm x clients) that ran, and its first failure."""
     largest: dict[str, dict] = {}
     for r in rows:
         key = f"{r['tool']} {r['algorithm']} {r['clients']} clients" + (" aml" if r["dataset"] == "aml" else "")
@@ -287,6 +317,13 @@ def summarise(a, rows: list[dict], load_before, done: bool) -> dict:
             cur["largest_ok_nodes"] = max(cur["largest_ok_nodes"] or 0, r["nodes"])
         elif cur["first_not_ok"] is None and r["status"] != "skipped":
             cur["first_not_ok"] = f"{r['status']} at {r['nodes'] or r['size']}"
+    return largest
+
+
+def summarise(a, rows: list[dict], load_before, done: bool) -> dict:
+    """The JSON line: the settings, the largest size of every line that ran, and every run (``done``:
+    false while the bench still runs; the file is rewritten after every run)."""
+    largest = largest_fit(rows)
     return {"bench": "scale", "done": done, "commit": git_commit(), "rounds": a.rounds, "warmup": a.warmup,
             "mem_limit_gb": a.mem_limit_gb, "timeout_s": a.timeout,
             "cpu_timeout_s": a.cpu_timeout, "executor": a.executor,
@@ -304,6 +341,15 @@ def main(argv: list[str] | None = None) -> int:
     if argv[:1] == ["--plot"]:                               # the plot again from a (partial) <name>.json
         written = Path(argv[1])
         plot_result(json.loads(written.read_text()), written.with_suffix(".png"))
+        return 0
+    if argv[:1] == ["--combine"]:                            # one file (and plot) from several of one setting
+        out, names = Path(argv[1]), argv[2:]
+        if not names:
+            raise SystemExit("bench_scale --combine OUT.json PART.json [PART.json ...]")
+        result = combine([json.loads(Path(n).read_text()) for n in names], [Path(n).name for n in names])
+        out.write_text(json.dumps(result) + "\n")
+        plot_result(result, out.with_suffix(".png"))
+        print(f"written: {out}, {out.with_suffix('.png')} ({len(result['rows'])} runs)")
         return 0
     if argv[:1] == ["--write-graph"]:                        # internal: the child that writes OpenFGL's input
         graph, spec, _, *over = argv[1:]

@@ -122,6 +122,38 @@ def test_bench_scale_sizes_and_runs():
     assert len(runs) == 2 * 2 * 4 + 1
 
 
+def test_bench_scale_combines_a_stopped_run_and_its_rest(tmp_path):
+    """--combine: a later part replaces the same run of an earlier one (not with a skip), keeps each
+    row's commit, recomputes the largest fit, and refuses parts measured under other settings."""
+    bs = _scale_module()
+    settings = {k: 1 for k in bs.COMPARABLE}
+
+    def row(tool, clients, nodes, status, s=None):
+        return {"tool": tool, "algorithm": "fedavg", "clients": clients, "dataset": "csbm", "size": None,
+                "nodes": nodes, "status": status, "s_per_round": s, "peak_rss_mb": 100}
+
+    full = {**settings, "commit": "aaa", "done": False, "timeout_s": 1800,
+            "rows": [row("fgx", 10, 1000, "ok", 1.0), row("openfgl", 1000, 2000, "failed")]}
+    rest = {**settings, "commit": "bbb", "done": True, "timeout_s": 1800,
+            "rows": [row("openfgl", 1000, 2000, "ok", 3.0), row("fgx", 10, 1000, "skipped")]}
+    parts = []
+    for name, part in (("full.json", full), ("rest.json", rest)):
+        parts.append(tmp_path / name)
+        parts[-1].write_text(json.dumps(part))
+    out = tmp_path / "all.json"
+    run_process([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--combine", str(out), *map(str, parts)],
+                timeout=120).check("combine")
+    result = json.loads(out.read_text())
+    by_tool = {r["tool"]: r for r in result["rows"]}
+    assert len(result["rows"]) == 2 and result["done"] and result["commit"] == "aaa+bbb"
+    assert (by_tool["fgx"]["status"], by_tool["fgx"]["commit"]) == ("ok", "aaa")
+    assert (by_tool["openfgl"]["status"], by_tool["openfgl"]["commit"]) == ("ok", "bbb")
+    assert result["largest_fit"]["openfgl fedavg 1000 clients"] == {"largest_ok_nodes": 2000, "first_not_ok": None}
+    assert out.with_suffix(".png").stat().st_size > 0
+    with pytest.raises(SystemExit, match="differs .* in rounds"):
+        bs.combine([full, {**rest, "rounds": 5}], ["full.json", "rest.json"])
+
+
 def _bench_scale(tmp_path, *args: str) -> dict:
     out = run_process([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--out", str(tmp_path), *args],
                       env={"OMP_NUM_THREADS": "1"}, timeout=600).check("bench_scale")

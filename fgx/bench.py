@@ -42,23 +42,60 @@ class ProcessResult:
         return self
 
 
+def _status(pid: int) -> dict[str, int]:
+    """The kB counters of /proc/<pid>/status (VmRSS, VmHWM, ...)."""
+    with open(f"/proc/{pid}/status") as f:
+        return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f if line.startswith("Vm"))}
+
+
+_ROLLUP = os.path.exists("/proc/self/smaps_rollup")   # Linux >= 4.14
+
+
+def _private_kb(pid: int) -> int:
+    """The pages only this process maps (smaps_rollup's Private_Clean + Private_Dirty); 0 for a process
+    caught between fork and exec or already gone; VmRSS where the kernel has no smaps_rollup."""
+    if not _ROLLUP:
+        return _status(pid).get("VmRSS", 0)
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            return sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+def _same_pages(vm: dict[str, int], parent: dict[str, int] | None) -> bool:
+    """A child that still maps its parent's pages: started by fork, clone(CLONE_VM) or vfork and not
+    yet exec'd (Python's subprocess), or a forked worker that has allocated nothing of its own."""
+    if parent is None or (vm.get("VmPeak"), vm.get("VmSize")) != (parent.get("VmPeak"), parent.get("VmSize")):
+        return False
+    return abs(vm.get("VmRSS", 0) - parent.get("VmRSS", 0)) <= 0.01 * parent.get("VmRSS", 0) + 1024
+
+
 def _tree_usage(pid: int) -> tuple[float, float]:
     """Resident memory (MB) and CPU seconds (user + system) of ``pid`` and all its live descendants,
     from /proc (0 where it is gone). Read by hand rather than with psutil, which fgx does not depend
-    on; wait4 gives only the child's own peak, not its descendants' live usage."""
-    rss, cpu, todo = 0.0, 0.0, [pid]
+    on; wait4 gives only the child's own peak, not its descendants' live usage.
+
+    The child counts with its whole resident set, each descendant with the pages it alone maps, and a
+    descendant that still maps its parent's pages with none. Summing VmRSS counted such pages twice:
+    a 9 GB child that starts `git` is, between clone and exec, a second 9 GB process (sharing the
+    child's memory), and a scale-bench run read 18 GB that way."""
+    rss, cpu, todo = 0.0, 0.0, [(pid, None)]
     tick = os.sysconf("SC_CLK_TCK")
     while todo:
-        p = todo.pop()
+        p, parent = todo.pop()
         try:
-            with open(f"/proc/{p}/status") as f:
-                rss += next((int(line.split()[1]) for line in f if line.startswith("VmRSS:")), 0) / 1024.0
+            vm = _status(p)
+            if p == pid:
+                rss += vm.get("VmRSS", 0) / 1024.0
+            elif not _same_pages(vm, parent):
+                rss += _private_kb(p) / 1024.0
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
             cpu += (int(fields[11]) + int(fields[12])) / tick        # utime, stime (fields 14, 15 of stat)
             for task in os.listdir(f"/proc/{p}/task"):
                 with open(f"/proc/{p}/task/{task}/children") as f:
-                    todo += [int(c) for c in f.read().split()]
+                    todo += [(int(c), vm) for c in f.read().split()]
         except (OSError, ValueError, IndexError):
             continue
     return rss, cpu

@@ -94,6 +94,21 @@ def test_run_process_memory_limit_kills_the_child_and_its_descendants(where):
     assert small_limit is None and small_rc == 0 and small_text.strip() == "1" and small_rss < 150
 
 
+def test_run_process_counts_pages_a_child_shares_with_its_parent_once():
+    """A child that starts processes (fgx runs `git` for its provenance) is, between clone and exec, two
+    processes mapping the same pages: the tree's memory is the child's, not twice it. A forked worker's
+    own allocation still counts."""
+    starts = ("import subprocess, time\nb = bytearray(2**30)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+              "t = time.time()\nwhile time.time() - t < 6: subprocess.run(['true'])\n")
+    r = run_process([sys.executable, "-c", starts], mem_limit_mb=100_000, timeout=120, poll_s=0.005)
+    assert 1000 < r.peak_rss_mb < 1400          # summing each process's VmRSS read ~2,100 MB
+    worker = ("import multiprocessing as mp, time\nb = bytearray(2**30)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+              "def own():\n    c = bytearray(2**29)\n    for i in range(0, len(c), 4096): c[i] = 1\n    time.sleep(2)\n"
+              "if __name__ == '__main__':\n    mp.set_start_method('fork'); w = mp.Process(target=own); w.start(); w.join()\n")
+    r = run_process([sys.executable, "-c", worker], mem_limit_mb=100_000, timeout=120, poll_s=0.05)
+    assert 1450 < r.peak_rss_mb < 1900          # 1 GB + the worker's own 512 MB
+
+
 def test_run_process_timeout_can_be_a_result_instead_of_an_error():
     r = run_process([sys.executable, "-c", "import time; time.sleep(20); print('survived')"], timeout=1,
                     raise_on_timeout=False)

@@ -205,3 +205,12 @@ def test_fedpub_refuses_clients_too_large_for_full_batch(run_fgx, tiny_cfg, caps
     run = run_fgx(*tiny_cfg, "algorithm=fedpub", "algorithm.max_client_nodes=10", "rounds=1", expect_rc=2)
     err = capsys.readouterr().err
     assert "algorithm.max_client_nodes" in err and "full batch" in err and not run.exists()
+
+
+def test_gcfl_with_eps1_zero_runs_and_never_splits(run_fgx, tiny_cfg):
+    """eps1 = 0: no mean update norm is below it, so GCFL never splits; its diagnostic ratio is inf,
+    not a division by zero (seed-4 mutation sample)."""
+    run = run_fgx(*tiny_cfg, "algorithm=gcfl", "partitioner.num_clients=4", "rounds=2", "algorithm.eps1=0",
+                  "algorithm.eps2=0", "algorithm.warmup_rounds=0")
+    rows = [json.loads(l)["clusters"] for l in (run / "gcfl_clusters.jsonl").read_text().splitlines()]
+    assert rows and all(len(r) == 1 for r in rows)

@@ -311,3 +311,13 @@ def test_similarity_matrix_matches_the_pairwise_greedy_matching(monkeypatch, blo
             if i != j:
                 want = principal_angle_similarity(mats[min(i, j)], mats[max(i, j)], 1.0 / 3)
                 assert float(sim[i, j]) == pytest.approx(want, abs=1e-6), (i, j)
+
+
+def test_greedy_angle_sums_reads_a_cosine_rounded_above_one_as_angle_zero():
+    """Two equal principal directions can give a float32 cosine just above 1: clamped, its angle is 0,
+    not arccos's NaN (seed-4 mutation sample)."""
+    from fgx.algorithms.fedgsp import greedy_angle_sums
+
+    cosm = torch.tensor([[[1.0000001, 0.0], [0.0, 1.0]]])
+    assert cosm[0, 0, 0] > 1.0
+    assert greedy_angle_sums(cosm).tolist() == [0.0]

@@ -207,3 +207,14 @@ def test_ssp_edge_bases_are_spectral_filters():
             for e, (s, d) in enumerate(ei.t().tolist()):
                 if lo <= s < lo + 3:
                     assert torch.allclose(seen["bases"][e, 1 + h], F[s - lo, d - lo], atol=1e-5)
+
+
+def test_gcfl_plus_standardised_dtw_ignores_each_sequence_scale():
+    """GCFL+'s `seq_length`-normalised sequences: divided by their own standard deviation, a sequence and
+    its double are at DTW distance 0; unstandardised they are not (seed-4 mutation sample)."""
+    from fgx.algorithms.gcfl_plus import dtw_distances
+
+    seqs = [[1.0, 2.0, 4.0], [2.0, 4.0, 8.0], [4.0, 1.0, 2.0]]
+    d = dtw_distances(seqs, standardize=True)
+    assert d[0, 1] == pytest.approx(0.0, abs=1e-9) and d[0, 2] > 0.1
+    assert dtw_distances(seqs, standardize=False)[0, 1] > 1.0

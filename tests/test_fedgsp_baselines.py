@@ -532,3 +532,26 @@ def test_fedgnn_refuses_a_share_layer_the_model_does_not_have(run_fgx, tiny_cfg,
     run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.share_layer=2", "model.layers=2", expect_rc=2)
     err = capsys.readouterr().err
     assert "algorithm.share_layer=2" in err and "message-passing layers (2)" in err
+
+
+def test_fedgnn_minibatches_come_from_each_clients_own_generator(run_fgx, tiny_cfg, monkeypatch):
+    """A FedGNN client draws its minibatches from its own generator (round seed + client id), so they
+    do not depend on how much of the global random stream the model's dropout used (seed-4 mutation
+    sample: drawing them from the global stream survived every test)."""
+    drawn = []
+    randperm = torch.randperm
+
+    def recording(n, *a, **kw):
+        out = randperm(n, *a, **kw)
+        drawn.append(out.tolist())
+        return out
+    monkeypatch.setattr(torch, "randperm", recording)
+
+    def batches(dropout):
+        drawn.clear()
+        run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.batch_size=16", "algorithm.local_steps=2", "rounds=1",
+                "eval_every=1", f"model.dropout={dropout}")
+        return list(drawn)
+
+    without, with_dropout = batches(0.0), batches(0.5)
+    assert without and without == with_dropout

@@ -287,8 +287,9 @@ def combine(parts: list[dict], names: list[str]) -> dict:
 
 def markdown(result: dict) -> str:
     """The table of docs/performance.md from a written ``<name>.json``: one row per run."""
-    out = ["| tool | algorithm | data | nodes | clients | status | s/round | MB/round | peak RSS MB | start-up s | CPU share |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    parts = any("commit" in r for r in result["rows"])        # a --combine file: each row's commit
+    out = ["| tool | algorithm | data | nodes | clients | status | s/round | MB/round | peak RSS MB | start-up s | CPU share |"
+           + (" commit |" if parts else ""), "|---|---|---|---|---|---|---|---|---|---|---|" + ("---|" if parts else "")]
     for r in result["rows"]:
         def cell(key: str, fmt: str, scale: float = 1.0) -> str:
             return format(r[key] / scale, fmt) if r.get(key) is not None else ""
@@ -298,7 +299,8 @@ def markdown(result: dict) -> str:
         status = r["status"] if r["status"] != "failed" else f"failed: {why[:140]}{'...' if len(why) > 140 else ''}"
         out.append(f"| {r['tool']} | {r['algorithm']} | {r['size'] or 'csbm'} | {r['nodes'] or ''} | {r['clients']} | "
                    f"{status} | {cell('s_per_round', '.3f')} | {cell('bytes_per_round', '.3f', 1e6)} | "
-                   f"{cell('peak_rss_mb', ',.0f')} | {cell('startup_s', '.1f')} | {cell('cpu_share', '.2f')} |")
+                   f"{cell('peak_rss_mb', ',.0f')} | {cell('startup_s', '.1f')} | {cell('cpu_share', '.2f')} |"
+                   + (f" {r.get('commit', '')} |" if parts else ""))
     return "\n".join(out)
 
 

@@ -16,6 +16,8 @@ the table must be run again.
 """
 from __future__ import annotations
 
+import contextlib
+
 import json
 import os
 from contextlib import contextmanager
@@ -63,16 +65,14 @@ def record_lock(conf: Path, name: str):
     from fgx.data.base import DataError
     from fgx.data.prepare import preparation_lock
 
-    lock = preparation_lock(results_dir(conf) / f".{name}.json.lock", f"the record results/{name}.json")
-    try:
-        lock.__enter__()
-    except DataError as e:      # the lock's own wording is the data preparation's: say what fgx repro/tune met
-        from fgx.report.runs import ReportError
-        raise ReportError(f"cannot lock the record results/{name}.json to write it ({e})") from None
-    try:
+    with contextlib.ExitStack() as held:
+        try:
+            held.enter_context(preparation_lock(results_dir(conf) / f".{name}.json.lock",
+                                                f"the record results/{name}.json"))
+        except DataError as e:  # the lock's own wording is the data preparation's: say what fgx repro/tune met
+            from fgx.report.runs import ReportError
+            raise ReportError(f"cannot lock the record results/{name}.json to write it ({e})") from None
         yield
-    finally:
-        lock.__exit__(None, None, None)
 
 
 def update_record(conf: Path, name: str, change: Callable[[dict | None], dict]) -> tuple[dict, Path]:

@@ -16,11 +16,9 @@ the table must be run again.
 """
 from __future__ import annotations
 
-import contextlib
-
 import json
 import os
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -65,7 +63,7 @@ def record_lock(conf: Path, name: str):
     from fgx.data.base import DataError
     from fgx.data.prepare import preparation_lock
 
-    with contextlib.ExitStack() as held:
+    with ExitStack() as held:
         try:
             held.enter_context(preparation_lock(results_dir(conf) / f".{name}.json.lock",
                                                 f"the record results/{name}.json"))

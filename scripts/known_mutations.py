@@ -426,6 +426,20 @@ MUTATIONS = [
       "g = torch.Generator().manual_seed(round_seed + state.cid)", "g = None",
       ["tests/test_fedgsp_baselines.py::test_fedgnn_minibatches_come_from_each_clients_own_generator"],
       "FedGNN: minibatches from the global random stream"),
+    M("ce_upload_skips_one_moved_node", "fgx/algorithms/ce_fedgnn.py",
+      "if sel.numel() == 0:", "if sel.numel() == 1:",
+      ["tests/test_ce_fedgnn.py::test_upload_sends_a_layer_in_which_exactly_one_boundary_node_moved"],
+      "CE-FedGNN: a layer with one moved boundary node not uploaded"),
+    M("ce_empty_client_weight_zero", "fgx/algorithms/ce_fedgnn.py",
+      "aggregation_weights(self.clients, p.weighting, at_least_one=True)",
+      "aggregation_weights(self.clients, p.weighting, at_least_one=False)",
+      ["tests/test_ce_fedgnn.py::test_a_client_without_training_items_counts_once_in_the_train_items_average"],
+      "CE-FedGNN: a client without training items weighs 0"),
+    M("fedpergnn_two_item_fakes_at_mean", "fgx/algorithms/fedpergnn.py",
+      "real.std(0) if real.size(0) > 1 else", "real.std(0) if real.size(0) > 2 else",
+      ["tests/test_recsys_fedrec_baselines.py::"
+       "test_fedpergnn_pseudo_items_of_a_client_with_two_items_spread_like_its_real_rows"],
+      "FedPerGNN: a two-item client's pseudo items all at the mean"),
 ]
 
 def copy_repo(dst: Path) -> None:

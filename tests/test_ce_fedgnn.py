@@ -467,3 +467,34 @@ def test_ce_fedgnn_weight_decay_adds_lambda_times_the_weight_to_each_gradient(ru
     plain, decayed = losses(), losses("algorithm.weight_decay=0.05")
     assert len(decayed) == 2 and all(np.isfinite(decayed))
     assert decayed != plain
+
+
+def test_upload_sends_a_layer_in_which_exactly_one_boundary_node_moved():
+    """_upload: a layer whose moved boundary nodes are exactly one still uploads that node's activated
+    state; a layer where none moved sends nothing (seed-4 mutation sample: `numel() == 1` skipped it)."""
+    import types
+
+    import fgx.algorithms.ce_fedgnn as ce
+    model = types.SimpleNamespace(state_dict=lambda: {"w": torch.ones(2)}, activate=lambda layer, x: 2 * x)
+    hbar = torch.arange(10.0).view(5, 2)
+    moved1 = torch.tensor([False, False, False, True, False])        # boundary node 3 moved at layer 1
+    c = types.SimpleNamespace(model=model, boundary=torch.tensor([1, 3]), updated=[moved1, torch.zeros(5, dtype=torch.bool)],
+                              hbar=[hbar, hbar], view=types.SimpleNamespace(global_ids=torch.arange(5) + 100),
+                              G={"w": torch.zeros(2)})
+    update, G, emb = ce._upload(c, {"w": torch.zeros(2)}, [1, 2])
+    assert torch.equal(update["w"], torch.ones(2))
+    assert len(emb) == 1 and emb[0]["layer"] == 1
+    assert emb[0]["ids"].tolist() == [103] and torch.equal(emb[0]["values"], 2 * hbar[3:4])
+
+
+def test_a_client_without_training_items_counts_once_in_the_train_items_average(run_fgx, monkeypatch):
+    """weighting=train_items: a client with no training item gets weight 1 (max(n, 1), as CE-FedGNN had
+    it from the start) in the update and G averages, not 0 (seed-4 mutation sample: at_least_one)."""
+    import fgx.algorithms.base as base
+    import fgx.algorithms.ce_fedgnn as ce
+    real = base.num_train_items
+    monkeypatch.setattr(base, "num_train_items", lambda s: 0 if s.cid == 0 else real(s))
+    seen, orig = [], ce.weighted_average
+    monkeypatch.setattr(ce, "weighted_average", lambda xs, w: seen.append(list(w)) or orig(xs, w))
+    run_fgx(*TINY_CE, "algorithm.weighting=train_items")
+    assert seen and all(w[0] == 1 and min(w[1:]) > 1 for w in seen)

@@ -462,3 +462,34 @@ def test_fedrap_learning_rate_decays_per_round_and_per_step(monkeypatch):
     p = fr.FedRAPParams(lr=0.5, round_decay=0.9, step_decay=0.8, local_epochs=1, batch_size=2, optimizer="sgd")
     fr.fedrap_train(state, p, seed=0, r=3)
     assert np.allclose(seen, [0.5 * 0.9 ** 2 * 0.8 ** k for k in range(3)])
+
+
+def test_fedpergnn_pseudo_items_of_a_client_with_two_items_spread_like_its_real_rows(monkeypatch):
+    """The pseudo items' gradient rows are drawn from N(mean, std) of the client's real rows: with two
+    real items the std exists and the fake rows differ from each other (seed-4 mutation sample: a
+    client needed more than two items before the spread was used, so its fakes were all the mean)."""
+    import types
+
+    import fgx.algorithms.fedpergnn as fp
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.item_emb = torch.nn.Embedding(2, 4)
+
+        def shared_state(self):
+            return {}
+
+    def fake_training(model, *args, **kwargs):      # a local step that moves both item rows differently
+        with torch.no_grad():
+            model.item_emb.weight.add_(torch.tensor([[1.0, -2.0, 0.5, 3.0], [-1.0, 2.0, 1.5, 0.0]]))
+        return 0.0
+    monkeypatch.setattr(fp, "bpr_epochs", fake_training)
+    cl = types.SimpleNamespace(model=Model(), cid=0, audit=None, known=None, optimizer=None,
+                               inter=types.SimpleNamespace(train=None, items_global=torch.tensor([3, 7])))
+    p = fp.FedPerGNNParams(ldp_epsilon=None, pseudo_items=4)
+    fp.pergnn_train(cl, p, seed=0, num_items_global=20)
+    ids, delta = cl.update["items"], cl.update["delta"]
+    fake = delta[~torch.isin(ids, torch.tensor([3, 7]))]
+    assert len(fake) == 4
+    assert (fake.std(0) > 0.1).all()

@@ -1,6 +1,7 @@
 """Run every fgx algorithm end to end on each given device and print the results side by side.
 
     python scripts/check_device.py --devices cpu cuda --data-dir <copy of shared/data>
+    # in parallel: --shard 0/4 ... --shard 3/4, each with --out sI.json, then --table s*.json
 
 Each case is a short run (2 rounds) of one algorithm on its natural data: generated graphs, the real
 Cora / Minesweeper / MovieLens-100K copies, generated AML transactions, tabular data on a gossip
@@ -33,6 +34,8 @@ ML100K = ["+experiment=lpsfed_table1_ml100k", "dataset.download=false", "partiti
           "partitioner.num_clients=2", "algorithm.local_epochs=1", "algorithm.warmup_rounds=1"]
 GOSSIP = ["dataset=diabetes", "partitioner=topology", "partitioner.graph=florentine", "model=mlp_tabular",
           "model.hidden=8", "algorithm.k=2", "algorithm.b=2", "rounds=4"]
+GRAPH = ["dataset=graph_synth", "dataset.groups=2", "dataset.num_graphs=120", "partitioner=cross_dataset",
+         "partitioner.clients_per_dataset=3", "model.hidden=8", "model.layers=2"]
 UNLEARN = ["dataset=csbm", "dataset.num_nodes=400", "dataset.num_features=16", "partitioner=random",
            "partitioner.num_clients=3", "algorithm=certified_lr", "rounds=1",
            "unlearning.requests.num_requests=4", "unlearning.requests.batch_size=2"]
@@ -44,6 +47,15 @@ CASES: list[tuple[str, list[str], bool]] = [
        "ce_fedgnn_no_sharing", "ce_fedgnn_no_gma", "scaffold", "moon", "fedproto", "fedtgp", "feddc")],
     # FedGSP's baselines; fedgta and fediih bring their backbones (gamlp, disengcn)
     *[(a, [*NODE, f"algorithm={a}"], False) for a in ("fedgnn", "fedgta", "adafgl", "fedtad", "fediih")],
+    ("single_client", [*NODE, "algorithm=single_client"], False),
+    ("fedavg executor=batched", [*NODE, "algorithm=fedavg", "executor=batched"], False),
+    # graph classification (generated graphs of two groups, one dataset per group of clients)
+    *[(f"{a} (graph level)", [*GRAPH, f"algorithm={a}"], False) for a in ("fedavg", "gcfl")],
+    ("gcfl_plus (graph level)", [*GRAPH, "algorithm=gcfl_plus", "algorithm.warmup_rounds=0"], False),
+    ("fedstar (graph level)", [*GRAPH, "algorithm=fedstar", "model.n_rw=4", "model.n_dg=4"], False),
+    ("fedssp_graph", [*GRAPH, "algorithm=fedssp_graph", "model.heads=2", "model.layers=1"], False),
+    ("fedavg_w_only AML gine", ["+experiment=ce_fedgnn_table1_aml", "algorithm=fedavg_w_only"], False),
+    ("fedavg MUTAG (gin)", ["+experiment=graph_mutag", "method=fedavg_gin"], True),
     ("fedgcn (2-hop)", [*NODE, "algorithm=fedgcn", "dataset.features_public=true"], False),
     ("fedsage_plus", [*NODE, "model=sage", "algorithm=fedsage_plus", "algorithm.fgen_hidden=[16,32]",
                       "algorithm.latent_dim=16", "algorithm.local_gen_epochs=3", "algorithm.fed_gen_epochs=2"], False),
@@ -107,6 +119,29 @@ def run_case(over: list[str], device: str, run_dir: Path, rounds: int) -> dict:
             "wall_s": wall, "error": s.get("error") or config_error, "traceback": s.get("traceback")}
 
 
+def print_table(results: list[dict], devices: list[str]) -> int:
+    """The side-by-side table; returns the number of failed runs."""
+    ref = devices[0]
+    print()
+    print("| case | " + " | ".join(f"{d} status | {d} metric | {d} s" for d in devices) + " | max abs diff |")
+    print("|---|" + "---|---|---|" * len(devices) + "---|")
+    failed = 0
+    for row in results:
+        cells, diffs = [], []
+        for d in devices:
+            r = row[d]
+            ok = r["status"] == "completed" and (r["value"] is None or math.isfinite(r["value"]))
+            failed += not ok
+            v = "-" if r["value"] is None else f"{r['value']:.4f}"
+            cells.append(f"{r['status']} | {r['metric']}={v} | {r['wall_s']:.1f}")
+            if d != ref and r["value"] is not None and row[ref]["value"] is not None:
+                diffs.append(abs(r["value"] - row[ref]["value"]))
+        print(f"| {row['case']} | " + " | ".join(cells) + f" | {max(diffs):.4f} |" if diffs else
+              f"| {row['case']} | " + " | ".join(cells) + " | - |")
+    print(f"\n{len(results)} cases on {', '.join(devices)}: {failed} failed runs")
+    return failed
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--devices", nargs="+", default=["cpu", "cuda"])
@@ -114,15 +149,29 @@ def main() -> int:
                     help="a writable copy of shared/data; the cases that need it are skipped without it")
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--only", nargs="*", default=None, help="run only the cases whose label contains one of these")
+    ap.add_argument("--shard", default=None, metavar="I/N",
+                    help="run every N-th case from the I-th (0-based): N processes in parallel cover all cases")
     ap.add_argument("--out", type=Path, default=None, help="write the results as JSON here")
+    ap.add_argument("--table", nargs="+", type=Path, default=None, metavar="JSON",
+                    help="print one table from the --out files of earlier (sharded) runs, in case order, and exit")
     args = ap.parse_args()
     os.environ.setdefault("CI", "true")
 
+    if args.table:
+        order = {label: i for i, (label, _, _) in enumerate(CASES)}
+        results = sorted((r for f in args.table for r in json.loads(f.read_text())),
+                         key=lambda r: order.get(r["case"], len(order)))
+        return 1 if print_table(results, args.devices) else 0
     missing = uncovered_algorithms()
     if missing:
         print(f"algorithms without a device case: {sorted(missing)}", file=sys.stderr)
         return 2
     cases = [c for c in CASES if args.only is None or any(s in c[0] for s in args.only)]
+    if args.shard:
+        i, n = (int(x) for x in args.shard.split("/"))
+        if not 0 <= i < n:
+            ap.error(f"--shard {args.shard}: need 0 <= I < N")
+        cases = cases[i::n]
     results = []
     with tempfile.TemporaryDirectory(prefix="fgx-device-") as tmp:
         for i, (label, over, needs_data) in enumerate(cases):
@@ -140,27 +189,10 @@ def main() -> int:
                 if r["traceback"]:
                     print("\n".join(r["traceback"].rstrip().splitlines()[-8:]), flush=True)
             results.append(row)
+            if args.out:            # after every case: a run stopped by a time limit keeps what it did
+                args.out.write_text(json.dumps(results, indent=1, default=str))
 
-    ref = args.devices[0]
-    print()
-    print("| case | " + " | ".join(f"{d} status | {d} metric | {d} s" for d in args.devices) + " | max abs diff |")
-    print("|---|" + "---|---|---|" * len(args.devices) + "---|")
-    failed = 0
-    for row in results:
-        cells, diffs = [], []
-        for d in args.devices:
-            r = row[d]
-            ok = r["status"] == "completed" and (r["value"] is None or math.isfinite(r["value"]))
-            failed += not ok
-            v = "-" if r["value"] is None else f"{r['value']:.4f}"
-            cells.append(f"{r['status']} | {r['metric']}={v} | {r['wall_s']:.1f}")
-            if d != ref and r["value"] is not None and row[ref]["value"] is not None:
-                diffs.append(abs(r["value"] - row[ref]["value"]))
-        print(f"| {row['case']} | " + " | ".join(cells) + f" | {max(diffs):.4f} |" if diffs else
-              f"| {row['case']} | " + " | ".join(cells) + " | - |")
-    print(f"\n{len(results)} cases on {', '.join(args.devices)}: {failed} failed runs")
-    if args.out:
-        args.out.write_text(json.dumps(results, indent=1, default=str))
+    failed = print_table(results, args.devices)
     return 1 if failed else 0
 
 

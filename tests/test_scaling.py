@@ -194,3 +194,15 @@ def test_optuna_objective_is_the_runs_validation_metric(tmp_path, monkeypatch, t
     assert result["best_value"] == pytest.approx(best["best"]["val"])
     overrides = (Path(best["run_dir"]) / ".hydra" / "overrides.yaml").read_text()
     assert f"algorithm.lr={result['best_params']['algorithm.lr']}" in overrides
+
+
+def test_every_algorithm_has_a_case_in_the_device_check():
+    """scripts/check_device.py is how fgx's GPU path is checked; an algorithm added without a case there
+    (the graph-level methods were, for a while) would never run on a GPU before a user's does."""
+    path = Path(__file__).resolve().parents[1] / "scripts" / "check_device.py"
+    spec = importlib.util.spec_from_file_location("check_device", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.uncovered_algorithms() == set()
+    labels = [label for label, _, _ in mod.CASES]
+    assert len(labels) == len(set(labels))          # --table merges shards by label

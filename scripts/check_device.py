@@ -168,7 +168,10 @@ def main() -> int:
         return 2
     cases = [c for c in CASES if args.only is None or any(s in c[0] for s in args.only)]
     if args.shard:
-        i, n = (int(x) for x in args.shard.split("/"))
+        try:
+            i, n = (int(x) for x in args.shard.split("/"))
+        except ValueError:
+            ap.error(f"--shard {args.shard}: expected I/N, e.g. 0/4")
         if not 0 <= i < n:
             ap.error(f"--shard {args.shard}: need 0 <= I < N")
         cases = cases[i::n]

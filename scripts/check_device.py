@@ -161,6 +161,9 @@ def main() -> int:
         order = {label: i for i, (label, _, _) in enumerate(CASES)}
         results = sorted((r for f in args.table for r in json.loads(f.read_text())),
                          key=lambda r: order.get(r["case"], len(order)))
+        lacking = sorted({d for r in results for d in args.devices if d not in r})
+        if lacking:
+            ap.error(f"--table: the files hold no runs on {lacking}; pass the --devices they were run with")
         return 1 if print_table(results, args.devices) else 0
     missing = uncovered_algorithms()
     if missing:

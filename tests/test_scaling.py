@@ -205,4 +205,4 @@ def test_every_algorithm_has_a_case_in_the_device_check():
     spec.loader.exec_module(mod)
     assert mod.uncovered_algorithms() == set()
     labels = [label for label, _, _ in mod.CASES]
-    assert len(labels) == len(set(labels))          # --table merges shards by label
+    assert len(labels) == len(set(labels))          # one row per case in the merged --table

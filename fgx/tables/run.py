@@ -59,9 +59,12 @@ def missing_cells(conf: Path, name: str, record: dict) -> list[str]:
             if tuple(_sweep_value(v) for v in combo) not in have]
 
 
+LACKS_NOTE = "runs the preset sweeps but the record lacks: "
+
+
 def _missing_note(name: str, missing: list[str]) -> str:
     shown = ", ".join(missing[:3]) + (f" … ({len(missing)} in all)" if len(missing) > 3 else "")
-    return f"runs the preset sweeps but the record lacks: {shown}; `fgx repro {name} --record` runs them"
+    return f"{LACKS_NOTE}{shown}; `fgx repro {name} --record` runs them"
 
 
 def _preset_table(name: str) -> dict:

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from behaviour_cases import CASES, COMMON, FIXTURE, differences, measure
+from behaviour_cases import CASES, COMMON, FIXTURE, differences, measure, recorded
 
 RECORDED = json.loads(FIXTURE.read_text())
 
@@ -47,7 +47,7 @@ def test_a_run_resumed_after_round_1_gives_the_uninterrupted_numbers(name, tmp_p
     # same numbers and prove nothing)
     log = (run_dir / "fgx.log").read_text().split("stopped after round 1's checkpoint")[-1]
     assert "resumed from checkpoint at round 1" in log and "run again from round 1" not in log
-    bad = differences(measure(run_dir), RECORDED[name])
+    bad = differences(measure(run_dir), recorded(RECORDED, name))
     assert not bad, f"{name} resumed differs from the uninterrupted run:\n" + "\n".join(bad[:20])
 
 

@@ -250,14 +250,22 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def limits_text(result: dict) -> str:
+    """'24 GB', or '18/21 GB' for a combined file whose parts ran under other memory limits."""
+    lim = result["mem_limit_gb"]
+    return "/".join(f"{x:g}" for x in (lim if isinstance(lim, list) else [lim])) + " GB"
+
+
 def plot_result(result: dict, path: Path) -> None:
     plot(result["rows"], path, f"fgx scale bench at {result['commit']}: median s/round of {result['rounds']} rounds after "
-         f"{result['warmup']}, peak RSS; limit {result['mem_limit_gb']:g} GB, {result['omp_num_threads']} thread(s)"
+         f"{result['warmup']}, peak RSS; limit {limits_text(result)}, {result['omp_num_threads']} thread(s)"
          + ("" if result.get("done") else " (partial)"))
 
 
-# the settings that make rows of two bench files comparable; a combined file refuses parts that differ
-COMPARABLE = ("rounds", "warmup", "mem_limit_gb", "executor", "fedavg_local_steps", "features", "seed",
+# the settings that make rows of two bench files comparable; a combined file refuses parts that differ.
+# The memory limit is not one of them: it changes no measured figure, only where a run is stopped, so each
+# row of a combined file keeps its own part's limit ("does not fit" is "passed that many GB").
+COMPARABLE = ("rounds", "warmup", "executor", "fedavg_local_steps", "features", "seed",
               "omp_num_threads", "fgx_overrides")
 
 
@@ -276,8 +284,10 @@ def combine(parts: list[dict], names: list[str]) -> dict:
             key = (r["tool"], r["algorithm"], r["clients"], r["dataset"], r.get("size") or r.get("nodes"))
             if r["status"] == "skipped" and key in rows:
                 continue
-            rows[key] = {**r, "commit": part["commit"], "part": name}
+            rows[key] = {**r, "commit": part["commit"], "part": name, "mem_limit_gb": part["mem_limit_gb"]}
     merged = {k: parts[0][k] for k in COMPARABLE}
+    limits = sorted({p["mem_limit_gb"] for p in parts})
+    merged["mem_limit_gb"] = limits[0] if len(limits) == 1 else limits
     result = {"bench": "scale", "done": bool(parts[-1].get("done")),
               "commit": "+".join(dict.fromkeys(p["commit"] for p in parts)), "parts": names, **merged,
               "timeout_s": max(p["timeout_s"] for p in parts), "rows": list(rows.values())}
@@ -297,6 +307,8 @@ def markdown(result: dict) -> str:
         lines = r.get("error", "").split(" | ")
         why = next((x for x in reversed(lines) if "error" in x.lower()), lines[-1]).strip()
         status = r["status"] if r["status"] != "failed" else f"failed: {why[:140]}{'...' if len(why) > 140 else ''}"
+        if r["status"] == "does not fit":
+            status += f" (> {r.get('mem_limit_gb', result['mem_limit_gb']):g} GB)"
         out.append(f"| {r['tool']} | {r['algorithm']} | {r['size'] or 'csbm'} | {r['nodes'] or ''} | {r['clients']} | "
                    f"{status} | {cell('s_per_round', '.3f')} | {cell('bytes_per_round', '.3f', 1e6)} | "
                    f"{cell('peak_rss_mb', ',.0f')} | {cell('startup_s', '.1f')} | {cell('cpu_share', '.2f')} |"

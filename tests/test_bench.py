@@ -149,7 +149,10 @@ def test_bench_scale_combines_a_stopped_run_and_its_rest(tmp_path):
 
     full = {**settings, "commit": "aaa", "done": False, "timeout_s": 1800,
             "rows": [row("fgx", 10, 1000, "ok", 1.0), row("openfgl", 1000, 2000, "failed")]}
-    rest = {**settings, "commit": "bbb", "done": True, "timeout_s": 1800,
+    full["mem_limit_gb"] = 18
+    full["rows"].append(row("fgx", 100, 2000, "does not fit"))
+    # a later part under a higher memory limit: its rows keep their own limit
+    rest = {**settings, "commit": "bbb", "done": True, "timeout_s": 1800, "mem_limit_gb": 21,
             "rows": [row("openfgl", 1000, 2000, "ok", 3.0), row("fgx", 10, 1000, "skipped")]}
     parts = []
     for name, part in (("full.json", full), ("rest.json", rest)):
@@ -159,8 +162,11 @@ def test_bench_scale_combines_a_stopped_run_and_its_rest(tmp_path):
     run_process([sys.executable, str(REPO / "scripts" / "bench_scale.py"), "--combine", str(out), *map(str, parts)],
                 timeout=120).check("combine")
     result = json.loads(out.read_text())
-    by_tool = {r["tool"]: r for r in result["rows"]}
-    assert len(result["rows"]) == 2 and result["done"] and result["commit"] == "aaa+bbb"
+    by_tool = {r["tool"]: r for r in result["rows"] if r["clients"] != 100}
+    assert len(result["rows"]) == 3 and result["done"] and result["commit"] == "aaa+bbb"
+    assert result["mem_limit_gb"] == [18, 21]
+    assert (by_tool["fgx"]["mem_limit_gb"], by_tool["openfgl"]["mem_limit_gb"]) == (18, 21)
+    assert "| does not fit (> 18 GB) |" in bs.markdown(result)
     assert (by_tool["fgx"]["status"], by_tool["fgx"]["commit"]) == ("ok", "aaa")
     assert (by_tool["openfgl"]["status"], by_tool["openfgl"]["commit"]) == ("ok", "bbb")
     assert result["largest_fit"]["openfgl fedavg 1000 clients"] == {"largest_ok_nodes": 2000, "first_not_ok": None}

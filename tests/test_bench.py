@@ -249,3 +249,22 @@ def test_bench_scale_failure_text_names_no_folder_of_this_machine(tmp_path):
     text = mod.failure(SimpleNamespace(limit=None, stderr=err, stdout=""), str(peer))["error"]
     assert str(tmp_path) not in text and str(REPO) not in text and sys.prefix not in text
     assert "<venv-peers>/lib/site-packages" in text and "<repo>/scripts" in text
+
+
+def test_profile_memory_sums_the_peaks_allocations_by_their_innermost_fgx_line():
+    """scripts/profile_memory.py: each allocation alive at the peak counts once, for the innermost frame
+    under fgx/ (not a caller's fgx frame, not an installed package's path); no fgx frame: outside fgx."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import profile_memory
+    finally:
+        sys.path.pop(0)
+    inner = ("_colnorm", "/repo/fgx/models/unifilter.py", 70)
+    caller = ("client_bases", "/repo/fgx/models/unifilter.py", 156)
+    torch_frame = ("matmul", "/venv/lib/python3.11/site-packages/torch/functional.py", 10)
+    installed = ("f", "/venv/lib/python3.11/site-packages/fgx/models/unifilter.py", 1)
+    records = [(100, [torch_frame, inner, caller]), (50, [inner, caller]), (7, [caller]),
+               (3, [torch_frame]), (2, [installed])]
+    assert profile_memory.by_fgx_line(records) == {"models/unifilter.py:70 _colnorm": 150,
+                                                   "models/unifilter.py:156 client_bases": 7,
+                                                   "(outside fgx)": 5}

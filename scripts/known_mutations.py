@@ -440,6 +440,21 @@ MUTATIONS = [
       ["tests/test_recsys_fedrec_baselines.py::"
        "test_fedpergnn_pseudo_items_of_a_client_with_two_items_spread_like_its_real_rows"],
       "FedPerGNN: a two-item client's pseudo items all at the mean"),
+    # the seed-5 sample of fgx/algorithms (docs/testing.md)
+    M("fedgnn_one_step_per_epoch", "fgx/algorithms/fedgnn.py",
+      "1 if p.batch_size is None else -(-ids.numel() // p.batch_size))",
+      "1 if (p.batch_size is None) or True else -(-ids.numel() // p.batch_size))",
+      ["tests/test_fedgsp_baselines.py::test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches"],
+      "FedGNN: one minibatch step per local epoch"),
+    M("fedgnn_no_epoch_steps", "fgx/algorithms/fedgnn.py",
+      "1 if p.batch_size is None else -(-ids.numel() // p.batch_size))",
+      "1 if p.batch_size is None else +(-ids.numel() // p.batch_size))",
+      ["tests/test_fedgsp_baselines.py::test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches"],
+      "FedGNN: no step at all with local epochs and batches"),
+    M("pfedrec_head_default_optimizer", "fgx/algorithms/pfedrec.py",
+      "make_optimizer(p.optimizer, head.parameters(), p.lr)", "make_optimizer(None, head.parameters(), p.lr)",
+      ["tests/test_recsys_fedmf.py::test_pfedrec_score_head_uses_the_configured_optimizer"],
+      "pFedRec: the score head ignores algorithm.optimizer"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -555,3 +555,30 @@ def test_fedgnn_minibatches_come_from_each_clients_own_generator(run_fgx, tiny_c
 
     without, with_dropout = batches(0.0), batches(0.5)
     assert without and without == with_dropout
+
+
+def test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches(run_fgx, tiny_cfg, monkeypatch):
+    """With local_epochs, a FedGNN client takes ceil(n_train / batch_size) steps per epoch over its own
+    training nodes (seed-5 mutation sample: one step per epoch, and no step at all, both survived)."""
+    import fgx.algorithms.fedgnn as fedgnn
+
+    calls = []                                   # one [training nodes, training forwards] per client call
+    real_targets, real_forward = fedgnn.targets, fedgnn.expanded_forward
+
+    def targets(view, task, split):
+        mask, y = real_targets(view, task, split)
+        if split == "train":
+            calls.append([int(mask.sum()), 0])
+        return mask, y
+
+    def forward(model, *a, **kw):
+        if model.training:                       # evaluation's forwards are not steps
+            calls[-1][1] += 1
+        return real_forward(model, *a, **kw)
+    monkeypatch.setattr(fedgnn, "targets", targets)
+    monkeypatch.setattr(fedgnn, "expanded_forward", forward)
+    run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.local_epochs=2", "algorithm.batch_size=8", "rounds=1",
+            "eval_every=1")
+    trained = [(n, f) for n, f in calls if n]
+    assert trained and any(n > 8 for n, _ in trained)
+    assert [f for _, f in trained] == [2 * -(-n // 8) for n, _ in trained]

@@ -137,3 +137,16 @@ def test_pfedrec_one_round_score_function_stays_local(run_fgx, watched, monkeypa
         assert all(torch.equal(a, b) for a, b in zip(trained[cl.cid], cl.head.parameters()))
         # dual personalisation: the client ranks with its fine-tuned items, the global rows wait
         assert cl.pending is not None and not torch.allclose(cl.model.item_emb.weight, cl.pending)
+
+
+@pytest.mark.parametrize("name,cls", [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam)])
+def test_pfedrec_score_head_uses_the_configured_optimizer(run_fgx, monkeypatch, name, cls):
+    """algorithm.optimizer picks the optimiser of pFedRec's personal score head as it does the item
+    embeddings' (seed-5 mutation sample: the head's built with the default whatever was chosen survived)."""
+    from mechanisms import capture_setup
+
+    seen = capture_setup(monkeypatch, PFedRec)
+    run_fgx(*TINY, "model=lightgcn", "algorithm=pfedrec", f"algorithm.optimizer={name}", "algorithm.lr=0.07")
+    for cl in seen["algo"].clients:
+        assert type(cl.head_optimizer) is cls and cl.head_optimizer.defaults["lr"] == 0.07
+        assert type(cl.optimizer) is cls

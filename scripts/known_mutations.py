@@ -455,6 +455,10 @@ MUTATIONS = [
       "make_optimizer(p.optimizer, head.parameters(), p.lr)", "make_optimizer(None, head.parameters(), p.lr)",
       ["tests/test_recsys_fedmf.py::test_pfedrec_score_head_uses_the_configured_optimizer"],
       "pFedRec: the score head ignores algorithm.optimizer"),
+    M("adafgl_hcs_without_train_nodes", "fgx/algorithms/adafgl.py",
+      "    if train.numel() < 2:\n        return 0.5", "    if train.numel() < 2:\n        return 1.5",
+      ["tests/test_fedgsp_baselines.py::test_adafgl_homophily_confidence_without_two_training_nodes_is_the_even_mix"],
+      "AdaFGL: HCS outside [0, 1] for a client with < 2 training nodes"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -315,6 +315,23 @@ def test_adafgl_homophily_confidence_reads_the_topology():
     assert scores[0] == 1.0 and scores[1] < 0.5
 
 
+@pytest.mark.parametrize("n_train", [0, 1])
+def test_adafgl_homophily_confidence_without_two_training_nodes_is_the_even_mix(n_train):
+    """Fewer than two training nodes cannot be split into propagation seeds and held-out nodes: HCS is
+    0.5, both branches weigh the same (seed-5 mutation sample: 1.5, a mix outside [0, 1], survived)."""
+    from torch_geometric.data import Data
+
+    from fgx.algorithms.adafgl import AdaFGLParams, homophily_confidence
+    from fgx.models.gamlp import normalized_adjacency
+
+    ei = torch.tensor([[0, 1, 1, 2], [1, 0, 2, 1]])
+    train = torch.zeros(3, dtype=torch.bool)
+    train[:n_train] = True
+    view = Data(x=torch.zeros(3, 1), y=torch.tensor([0, 1, 0]), edge_index=ei, train_mask=train, num_nodes=3)
+    hcs = homophily_confidence(view, normalized_adjacency(ei, 3), 2, AdaFGLParams(), torch.Generator().manual_seed(0))
+    assert hcs == 0.5
+
+
 def test_adafgl_threshold_fusion_trains_one_branch(run_fgx, tiny_cfg):
     run = run_fgx(*tiny_cfg, "algorithm=adafgl", "algorithm.fusion=threshold", "algorithm.extractor_rounds=1",
                   "rounds=2")

@@ -459,6 +459,10 @@ MUTATIONS = [
       "    if train.numel() < 2:\n        return 0.5", "    if train.numel() < 2:\n        return 1.5",
       ["tests/test_fedgsp_baselines.py::test_adafgl_homophily_confidence_without_two_training_nodes_is_the_even_mix"],
       "AdaFGL: HCS outside [0, 1] for a client with < 2 training nodes"),
+    M("swift_feature_sums_as_layer1", "fgx/algorithms/swift_fedgnn.py",
+      'out[i][0] = ch.send("feature_sums"', 'out[i][1] = ch.send("feature_sums"',
+      ["tests/test_swift_fedgnn.py::test_exchange_hands_each_client_its_feature_sums_as_layer0_and_its_aggregates_as_the_hidden_layers"],
+      "Swift: feature sums filed over the layer-1 aggregates"),
 ]
 
 def copy_repo(dst: Path) -> None:

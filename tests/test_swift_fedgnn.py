@@ -136,6 +136,31 @@ def test_raw_layer0_needs_public_features(run_fgx, tiny_cfg):
     assert {"partial_feature_sums", "feature_sums", "aggregates"} <= set(totals)
 
 
+def test_exchange_hands_each_client_its_feature_sums_as_layer0_and_its_aggregates_as_the_hidden_layers(
+        recorded, run_fgx, tiny_cfg, monkeypatch):
+    """With remote_layer0=aggregate the exchange's result for a client holds the feature sums the server
+    sent it as layer 0 and the hidden aggregates as layers 1.. (seed-5 mutation sample: the feature sums
+    filed as layer 1, over the hidden aggregates, survived)."""
+    from fgx.algorithms.swift_fedgnn import SwiftFedGNN
+
+    results, real = [], SwiftFedGNN.exchange
+
+    def exchange(self, r, sampled):
+        out = real(self, r, sampled)
+        results.append(out)
+        return out
+    monkeypatch.setattr(SwiftFedGNN, "exchange", exchange)
+    run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.remote_layer0=aggregate", "dataset.features_public=true",
+            "model.layers=2", "rounds=1")
+    sums = [(dst, p["x"]) for kind, p, _, dst, _ in recorded["sent"] if kind == "feature_sums"]
+    hidden = [(dst, p["h"]) for kind, p, _, dst, _ in recorded["sent"] if kind == "aggregates"]
+    handed = [(i, layers) for out in results for i, layers in out.items()]
+    assert handed and len(sums) == len(hidden) == len(handed)
+    for (i, layers), (dst_x, x), (dst_h, h) in zip(handed, sums, hidden):
+        assert i == dst_x == dst_h and sorted(layers) == [0, 1]
+        assert torch.equal(layers[0], x) and torch.equal(layers[1], h[0])
+
+
 def _two_clients():
     from torch_geometric.data import Data
 

@@ -463,6 +463,15 @@ MUTATIONS = [
       'out[i][0] = ch.send("feature_sums"', 'out[i][1] = ch.send("feature_sums"',
       ["tests/test_swift_fedgnn.py::test_exchange_hands_each_client_its_feature_sums_as_layer0_and_its_aggregates_as_the_hidden_layers"],
       "Swift: feature sums filed over the layer-1 aggregates"),
+    M("gossip_partitioner_refusal_keyerror", "fgx/algorithms/gossip.py",
+      'raise ConfigError("partitioner", validated.names["partitioner"],',
+      'raise ConfigError("partitioner", validated.names["XXpartitionerXX"],',
+      ["tests/test_refusals.py::test_refusals_an_earlier_check_always_preempts_still_name_the_key_when_called_directly"],
+      "gossip: the partitioner refusal a KeyError"),
+    M("split_forward_refusal_typeerror", "fgx/algorithms/representation.py",
+      'f"one of {list(MODELS_WITH_REPRESENTATION)} (a model with a linear classifier)")', ")",
+      ["tests/test_refusals.py::test_refusals_an_earlier_check_always_preempts_still_name_the_key_when_called_directly"],
+      "representation: the model refusal a TypeError"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -158,3 +158,26 @@ def test_gcfl_says_it_is_fedavg_when_the_run_ends_inside_its_warm_up():
     assert gcfl.reduces_to(v.params["algorithm"], dataclasses.replace(v.top, rounds=2)) == \
         "fedavg: rounds 2 ≤ warmup_rounds 2, so no cluster splits before the run ends"
     assert gcfl.reduces_to(dataclasses.replace(v.params["algorithm"], warmup_rounds=None), v.top) is None
+
+
+def test_refusals_an_earlier_check_always_preempts_still_name_the_key_when_called_directly():
+    """Second lines of defence that no `fgx run` configuration reaches, because an earlier check refuses
+    the same configuration first (the task check refuses gossip off the topology partitioner; each
+    representation method's model check refuses a model without a linear classifier): called directly,
+    each still raises the ConfigError naming the key (seed-5 mutation sample: a KeyError and a TypeError
+    in their place survived)."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from fgx.algorithms.gossip import GossipParams, GossipSGD
+    from fgx.algorithms.representation import split_forward
+    from fgx.errors import ConfigError
+
+    validated = SimpleNamespace(names={"algorithm": "dsgd", "privacy": "none", "partitioner": "metis"})
+    with pytest.raises(ConfigError, match=r"^config error: partitioner='metis' is not allowed; allowed: topology "
+                                          r"\(decentralised algorithms need the communication graph\)$"):
+        GossipSGD.check_config(GossipParams(), validated)
+    with pytest.raises(ConfigError, match=r"^config error: model.name='Linear' is not allowed; allowed: one of "
+                                          r"\['gcn', 'sage', 'gin', 'gcn_graph', 'gin_graph'\] \(a model with a linear classifier\)$"):
+        split_forward(torch.nn.Linear(2, 2), None)

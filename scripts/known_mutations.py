@@ -472,6 +472,10 @@ MUTATIONS = [
       'f"one of {list(MODELS_WITH_REPRESENTATION)} (a model with a linear classifier)")', ")",
       ["tests/test_refusals.py::test_refusals_an_earlier_check_always_preempts_still_name_the_key_when_called_directly"],
       "representation: the model refusal a TypeError"),
+    M("ce_last_layer_untrimmed", "fgx/algorithms/ce_fedgnn.py",
+      "pre, e = model.layer(i, h, e, ei, edge_out=sample.num_seed_edges)", "pre, e = model.layer(i, h, e, ei)",
+      ["tests/test_aml_scale.py::test_ce_fedgnn_sampled_training_updates_only_the_seed_edges_in_the_last_layer"],
+      "CE-FedGNN: last layer updates every sampled edge"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -476,6 +476,10 @@ MUTATIONS = [
       "pre, e = model.layer(i, h, e, ei, edge_out=sample.num_seed_edges)", "pre, e = model.layer(i, h, e, ei)",
       ["tests/test_aml_scale.py::test_ce_fedgnn_sampled_training_updates_only_the_seed_edges_in_the_last_layer"],
       "CE-FedGNN: last layer updates every sampled edge"),
+    M("train_steps_progress_without_total", "fgx/algorithms/base.py",
+      'tick(f"client {state.cid} step", step + 1, steps)', 'tick(f"client {state.cid} step", step + 1, None)',
+      ["tests/test_paper_cuts.py::test_a_long_round_reports_each_clients_step_out_of_its_total"],
+      "progress: a client's step line lost (no total)"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -273,6 +273,10 @@ def combine(parts: list[dict], names: list[str]) -> dict:
     """One result from several bench files of the same settings (a bench stopped by hand and the run
     that measured what it left): each row keeps the commit and file it came from, and a run measured
     in a later part replaces the same run (tool, algorithm, clients, data, size) of an earlier one."""
+    for name, part in zip(names, parts):
+        if "parts" in part:
+            raise SystemExit(f"bench_scale --combine: {name} is already a combined file; combine the parts it "
+                             f"names ({', '.join(part['parts'])}) instead")
     for name, part in zip(names[1:], parts[1:]):
         differ = [k for k in COMPARABLE if part.get(k) != parts[0].get(k)]
         if differ:

@@ -173,6 +173,8 @@ def test_bench_scale_combines_a_stopped_run_and_its_rest(tmp_path):
     assert out.with_suffix(".png").stat().st_size > 0
     with pytest.raises(SystemExit, match="differs .* in rounds"):
         bs.combine([full, {**rest, "rounds": 5}], ["full.json", "rest.json"])
+    with pytest.raises(SystemExit, match=r"all.json is already a combined file; combine the parts it names \(full.json, rest.json\)"):
+        bs.combine([result, rest], ["all.json", "rest.json"])
 
 
 def _bench_scale(tmp_path, *args: str) -> dict:

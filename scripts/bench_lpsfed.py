@@ -3,7 +3,13 @@ items, training items masked, Recall/NDCG@20 plus tail/mid/head NDCG), and one L
 of the 4 spectral clients (LGCN forward + ranking) with each score (issue #41: ``mlp_angle``'s f_Pred
 over every user-item pair against ``cosine``, interleaved, the ratio in the last JSON line).
 
-    python scripts/bench_lpsfed.py --data-dir ../shared/data
+Beside the ratio, the floor of any exact all-pairs 2-layer f_Pred on this machine: its first layer's
+product term is K x D multiply-adds per pair, timed at the CPU's best matrix-product rate measured in
+the same run (``ratio_floor_to_cosine``). ``--pruning RUN_DIR`` (an LPSFed run on ML-100K with the
+default 2-layer f_Pred) loads the run's trained client models from its checkpoint and measures how
+far an exact top-20 could skip pairs by upper bounds of f_Pred (``lpsfed_pruning``).
+
+    python scripts/bench_lpsfed.py --data-dir ../shared/data [--pruning RUN_DIR]
     python scripts/bench_lpsfed.py --table RUN_DIR [RUN_DIR ...]   # mean ± std of final test metrics
 """
 from __future__ import annotations
@@ -18,6 +24,7 @@ import torch
 
 from fgx.data.base import DataEnv
 from fgx.data.movielens import ML100KParams, load_movielens100k
+from fgx.models.graph_ranker import pred_all_pairs
 from fgx.models.lgcn import LGCN, LGCNParams
 from fgx.partition.base import build_clients
 from fgx.partition.spectral_bipartite import SpectralBipartiteParams, spectral_bipartite
@@ -61,14 +68,27 @@ def table(run_dirs: list[str]) -> None:
               f"| {len(v)} | {v[:, 2].mean():.0f} |")
 
 
+def sgemm_gflops(repeat: int, n: int = 1024) -> float:
+    """This CPU's single-precision matrix-product rate (GFLOP/s) on one n x n x n product: the rate
+    an exact f_Pred's product term cannot beat."""
+    x, y = torch.randn(n, n), torch.randn(n, n)
+    return 2 * n ** 3 / best_of(lambda: x @ y, max(repeat, 3)) / 1e9
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--data-dir", default="../shared/data")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--table", nargs="+", metavar="RUN_DIR")
+    ap.add_argument("--pruning", metavar="RUN_DIR", help="an LPSFed ML-100K run whose checkpoint.pt holds trained "
+                                                         "client models: measure exact top-20 pruning by bounds")
     a = ap.parse_args()
     if a.table:
         table(a.table)
+        return
+    if a.pruning:
+        from lpsfed_pruning import pruning_report
+        print(json.dumps(pruning_report(Path(a.pruning), Path(a.data_dir))))
         return
     ds = load_movielens100k(ML100KParams(download=False), DataEnv(Path(a.data_dir), 0, logging.getLogger()))
     d = ds.data
@@ -118,6 +138,13 @@ def main() -> None:
     # the batched f_Pred against f_Pred applied to each pair (the training path, pair_cos): same NDCG.
     # Compared in float64: in float32 the two summation orders flip near-tied items at rank 20 (NDCG
     # apart by ~7e-6); in float64 that rounding is gone and what remains is any difference of function
+    # f_Pred alone (the part of the mlp_angle evaluation the cosine does not have) and its floor: the
+    # first layer's product term, K x D multiply-adds per pair, at this CPU's best matrix-product rate
+    with torch.no_grad():
+        embedded = [(m.pred, *m.embed()) for m, _, _ in by_score["mlp_angle"]]
+        t_fpred = best_of(lambda: [pred_all_pairs(p, u, v) for p, u, v in embedded], a.repeat)
+    gflop = sum(2 * p[0].weight.size(0) * u.size(1) * u.size(0) * v.size(0) for p, u, v in embedded) / 1e9
+    rate = sgemm_gflops(a.repeat)
     diff = 0.0
     with torch.no_grad():
         for m, ci, g in by_score["mlp_angle"] + by_score["mlp_angle_1layer"]:
@@ -132,7 +159,16 @@ def main() -> None:
                       "ratio_mlp_angle_to_cosine": round(best["mlp_angle"] / best["cosine"], 2),
                       "eval_mlp_angle_1layer_s": round(best["mlp_angle_1layer"], 4),
                       "ratio_mlp_angle_1layer_to_cosine": round(best["mlp_angle_1layer"] / best["cosine"], 2),
-                      "ndcg_max_abs_diff_batched_vs_per_pair": diff, "torch_threads": torch.get_num_threads()}))
+                      "ndcg_max_abs_diff_batched_vs_per_pair": diff,
+                      "fpred_s": round(t_fpred, 4),
+                      # the share of f_Pred's work an evaluation may keep to be within 2x of the cosine's
+                      "fpred_share_allowed_for_2x": round((2 * best["cosine"] - (best["mlp_angle"] - t_fpred)) / t_fpred, 3),
+                      "fpred_product_gflop": round(gflop, 2), "sgemm_gflops": round(rate, 1),
+                      "fpred_floor_s": round(gflop / rate, 4),
+                      # the cosine evaluation plus that floor: about the least an exact all-pairs
+                      # mlp_angle evaluation could take (the cosine's own all-pairs product is 1/64 of it)
+                      "ratio_floor_to_cosine": round((best["cosine"] + gflop / rate) / best["cosine"], 2),
+                      "torch_threads": torch.get_num_threads()}))
 
 
 if __name__ == "__main__":

@@ -270,3 +270,54 @@ def test_profile_memory_sums_the_peaks_allocations_by_their_innermost_fgx_line()
     assert profile_memory.by_fgx_line(records) == {"models/unifilter.py:70 _colnorm": 150,
                                                    "models/unifilter.py:156 client_bases": 7,
                                                    "(outside fgx)": 5}
+
+
+def _pruning_module():
+    sys.path.insert(0, str(REPO / "scripts"))
+    try:
+        import lpsfed_pruning
+    finally:
+        sys.path.pop(0)
+    return lpsfed_pruning
+
+
+def test_lpsfed_pruning_bounds_hold_and_are_exact_on_single_items():
+    """scripts/lpsfed_pruning.py's figures (issue #41) mean something only if its bounds are bounds: each
+    is >= f_Pred's exact pre-tanh score on every pair, and with the exact range of h over one item (a
+    zero-width interval, no unstable ReLU) the linear relaxation is f_Pred itself."""
+    import torch
+
+    from fgx.models.graph_ranker import mlp
+    pr = _pruning_module()
+    torch.manual_seed(0)
+    d, m, n = 8, 6, 40
+    pred = mlp(3 * d, d, 1, 2).double()
+    u, v = torch.tanh(torch.randn(m, d, dtype=torch.double) * 2), torch.tanh(torch.randn(n, d, dtype=torch.double) * 2)
+    with torch.no_grad():
+        uu, vv = u[:, None].expand(m, n, d), v[None].expand(m, n, d)
+        exact = pred(torch.cat([uu, vv, uu * vv], 2)).squeeze(2)
+        a, g, w2, b2 = pr.fpred_parts(pred, u)
+        assert torch.allclose(a[:, :, None] + g @ v.T,
+                              torch.einsum("kc,mnc->mkn", pred[0].weight, torch.cat([uu, vv, uu * vv], 2))
+                              + pred[0].bias[None, :, None])
+        ub = pr.crown_upper(a, g, w2, b2, *pr.box_ball_intervals(a, g, v), v)
+        assert (ub >= exact - 1e-12).all() and (ub > exact + 1e-6).any()   # a bound, and not the score
+        h = a[:, :, None] + g @ v.T
+        # unstable ReLUs exist over all items, so the relaxation is exercised above
+        assert ((h.min(2).values < 0) & (h.max(2).values > 0)).any()
+        for j in range(n):
+            one = pr.crown_upper(a, g, w2, b2, h[:, :, j], h[:, :, j], v[j:j + 1])
+            assert torch.allclose(one[:, 0], exact[:, j], atol=1e-12)
+
+
+def test_lpsfed_pruning_refuses_a_run_it_cannot_rebuild(tmp_path):
+    pr = _pruning_module()
+    with pytest.raises(SystemExit, match="no .hydra/config.yaml"):
+        pr.load_run_models(tmp_path, tmp_path)
+    (tmp_path / ".hydra").mkdir()
+    (tmp_path / ".hydra" / "config.yaml").write_text(
+        "seed: 0\nalgorithm: {name: fedavg}\ndataset: {name: movielens100k}\npartitioner: {name: spectral_bipartite}\n"
+        "model: {name: lgcn, score: cosine, pred_layers: 2}\n")
+    (tmp_path / "checkpoint.pt").write_bytes(b"")
+    with pytest.raises(SystemExit, match="not an LPSFed run"):
+        pr.load_run_models(tmp_path, tmp_path)

@@ -44,11 +44,7 @@ def test_bench_interleaves_repeats_and_reports_median_and_range():
 def test_bench_peers_partition_is_the_one_fgx_trains_on(data_root, run_fgx, tmp_path, scenario):
     """The file bench_peers writes once is what fgx's partitioner=file reads: same clients, same split
     (graph level: the same graphs per client and the same test graphs)."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import bench_peers
-    finally:
-        sys.path.pop(0)
+    bench_peers = _script("bench_peers")
     a = Namespace(data_dir=str(data_root), seed=0, clients=4, rounds=2, eval_model="local", fgx_overrides=[],
                   scenario=scenario)
     written = bench_peers.write_clients(a, tmp_path / "clients.pt")
@@ -64,13 +60,14 @@ def test_bench_peers_partition_is_the_one_fgx_trains_on(data_root, run_fgx, tmp_
     assert s["startup_s"] is None or s["startup_s"] > 0
 
 
-def _scale_module():
+def _script(name: str):
+    """A module of scripts/ (they import each other by plain name, so scripts/ goes on the path)."""
+    import importlib
     sys.path.insert(0, str(REPO / "scripts"))
     try:
-        import bench_scale
+        return importlib.import_module(name)
     finally:
         sys.path.pop(0)
-    return bench_scale
 
 
 ALLOCATE = "b = bytearray(300 * 2**20); import time; time.sleep(20); print('survived')"
@@ -123,7 +120,7 @@ def test_run_process_timeout_can_be_a_result_instead_of_an_error():
 
 
 def test_bench_scale_sizes_and_runs():
-    bs = _scale_module()
+    bs = _script("bench_scale")
     assert [bs.parse_size(t) for t in ("10k", "2.5M", "100000", "aml_tiny")] == [10_000, 2_500_000, 100_000, "aml_tiny"]
     for bad in ("ten", "1.5", "5"):
         with pytest.raises(Exception, match="size"):
@@ -140,7 +137,7 @@ def test_bench_scale_sizes_and_runs():
 def test_bench_scale_combines_a_stopped_run_and_its_rest(tmp_path):
     """--combine: a later part replaces the same run of an earlier one (not with a skip), keeps each
     row's commit, recomputes the largest fit, and refuses parts measured under other settings."""
-    bs = _scale_module()
+    bs = _script("bench_scale")
     settings = {k: 1 for k in bs.COMPARABLE}
 
     def row(tool, clients, nodes, status, s=None):
@@ -256,11 +253,7 @@ def test_bench_scale_failure_text_names_no_folder_of_this_machine(tmp_path):
 def test_profile_memory_sums_the_peaks_allocations_by_their_innermost_fgx_line():
     """scripts/profile_memory.py: each allocation alive at the peak counts once, for the innermost frame
     under fgx/ (not a caller's fgx frame, not an installed package's path); no fgx frame: outside fgx."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import profile_memory
-    finally:
-        sys.path.pop(0)
+    profile_memory = _script("profile_memory")
     inner = ("_colnorm", "/repo/fgx/models/unifilter.py", 70)
     caller = ("client_bases", "/repo/fgx/models/unifilter.py", 156)
     torch_frame = ("matmul", "/venv/lib/python3.11/site-packages/torch/functional.py", 10)
@@ -272,15 +265,6 @@ def test_profile_memory_sums_the_peaks_allocations_by_their_innermost_fgx_line()
                                                    "(outside fgx)": 5}
 
 
-def _pruning_module():
-    sys.path.insert(0, str(REPO / "scripts"))
-    try:
-        import lpsfed_pruning
-    finally:
-        sys.path.pop(0)
-    return lpsfed_pruning
-
-
 def test_lpsfed_pruning_bounds_hold_and_are_exact_on_single_items():
     """scripts/lpsfed_pruning.py's figures (issue #41) mean something only if its bounds are bounds: each
     is >= f_Pred's exact pre-tanh score on every pair, and with the exact range of h over one item (a
@@ -288,7 +272,7 @@ def test_lpsfed_pruning_bounds_hold_and_are_exact_on_single_items():
     import torch
 
     from fgx.models.graph_ranker import mlp
-    pr = _pruning_module()
+    pr = _script("lpsfed_pruning")
     torch.manual_seed(0)
     d, m, n = 8, 6, 40
     pred = mlp(3 * d, d, 1, 2).double()
@@ -311,7 +295,7 @@ def test_lpsfed_pruning_bounds_hold_and_are_exact_on_single_items():
 
 
 def test_lpsfed_pruning_refuses_a_run_it_cannot_rebuild(tmp_path):
-    pr = _pruning_module()
+    pr = _script("lpsfed_pruning")
     with pytest.raises(SystemExit, match="no .hydra/config.yaml"):
         pr.load_run_models(tmp_path, tmp_path)
     (tmp_path / ".hydra").mkdir()

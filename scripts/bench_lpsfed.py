@@ -72,7 +72,8 @@ def sgemm_gflops(repeat: int, n: int = 1024) -> float:
     """This CPU's single-precision matrix-product rate (GFLOP/s) on one n x n x n product: the rate
     an exact f_Pred's product term cannot beat."""
     x, y = torch.randn(n, n), torch.randn(n, n)
-    return 2 * n ** 3 / best_of(lambda: x @ y, max(repeat, 3)) / 1e9
+    # best of many: a shared machine's slow moments would lower the floor's rate, not raise it
+    return 2 * n ** 3 / best_of(lambda: x @ y, max(4 * repeat, 20)) / 1e9
 
 
 def main() -> None:
@@ -161,8 +162,9 @@ def main() -> None:
                       "ratio_mlp_angle_1layer_to_cosine": round(best["mlp_angle_1layer"] / best["cosine"], 2),
                       "ndcg_max_abs_diff_batched_vs_per_pair": diff,
                       "fpred_s": round(t_fpred, 4),
-                      # the share of f_Pred's work an evaluation may keep to be within 2x of the cosine's
-                      "fpred_share_allowed_for_2x": round((2 * best["cosine"] - (best["mlp_angle"] - t_fpred)) / t_fpred, 3),
+                      # the share of f_Pred's work an evaluation may keep to be within 2x of the cosine's,
+                      # if the rest of it (embedding, ranking) cost what the whole cosine evaluation does
+                      "fpred_share_allowed_for_2x": round(best["cosine"] / t_fpred, 3),
                       "fpred_product_gflop": round(gflop, 2), "sgemm_gflops": round(rate, 1),
                       "fpred_floor_s": round(gflop / rate, 4),
                       # the cosine evaluation plus that floor: about the least an exact all-pairs

@@ -8,7 +8,7 @@ score; the rest can be skipped. This measures, on an LPSFed run's trained client
 relu(h) <= lam (h - l) on [l, u], relu(h) >= alpha h) built from intervals [l, u] of h_k per user:
 
 - ``crown_global``: intervals over all items, from the item box and ball (cheap: 2 x K x D per user);
-- ``crown_<C>_clusters``: intervals per k-means cluster of items (C x 3 x K x D per user);
+- ``crown_<C>_clusters``: intervals per k-means cluster of items (C x 4 x K x D per user);
 - ``crown_<C>_clusters_exact_intervals``: the same clusters with the exact range of h_k over each
   cluster's items, which takes the exact computation itself: the best any interval bound on these
   clusters can do.
@@ -144,8 +144,8 @@ def pruning_counts(model: LGCN, inter, k: int = TOP_K, clusters: int = CLUSTERS,
         counts[f"crown_{clusters}_clusters"] = boxed
         counts[f"crown_{clusters}_clusters_exact_intervals"] = exact
         # what computing the cluster bounds costs, in exact-pair units (K x D multiply-adds): per user and
-        # cluster the box and ball centres (2 x K x D) and the bound's slope (K x D)
-        counts["cluster_bound_cost_pairs"] = float(m * len(np.unique(label)) * 3)
+        # cluster h at the box's and the ball's centres and the box's reach (3 x K x D), the bound's slope (K x D)
+        counts["cluster_bound_cost_pairs"] = float(m * len(np.unique(label)) * 4)
     return counts
 
 
@@ -157,6 +157,10 @@ def pruning_report(run_dir: Path, data_dir: Path) -> dict:
     pairs = total.pop("pairs")
     shares = {key: round(val / pairs, 4) for key, val in total.items() if key != "cluster_bound_cost_pairs"}
     cost = total["cluster_bound_cost_pairs"] / pairs
+    overrides = run_dir / ".hydra" / "overrides.yaml"
+    # the run's command line, without where its data and outputs were on the machine that ran it
+    command = [o for o in (OmegaConf.to_container(OmegaConf.load(overrides)) if overrides.is_file() else [])
+               if not o.split("=")[0].lstrip("+~").startswith(("data_dir", "hydra."))]
     return {"lpsfed_pruning": {"pairs": int(pairs), "top_k": TOP_K, "share_of_pairs_scored": shares,
                                f"crown_{CLUSTERS}_clusters_work_share": round(shares[f"crown_{CLUSTERS}_clusters"] + cost, 4),
-                               "run_dir": run_dir.name}}
+                               "run": "fgx run " + " ".join(command)}}

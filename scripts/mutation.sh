@@ -67,7 +67,8 @@ focused = {
                       "baselines edge_baselines fedgsp fedgsp_baselines fedsage_plus ce_fedgnn swift_fedgnn dp_fedavg "
                       "eval_model accuracy_floors privacy_audit unlearning mafalda recsys_fedmf recsys_lpsfed "
                       "recsys_fedrec_baselines recsys_graph_models fl_methods graph_methods graph_task diagnostics "
-                      "divergence client_batching resume_every_algorithm inference formula_values refusals options",
+                      "divergence client_batching resume_every_algorithm inference formula_values refusals options "
+                      "aml_scale paper_cuts",
 }
 chosen = os.environ.get("MUTATION_TESTS", "").split()
 if not chosen and pkg in focused:

@@ -69,6 +69,7 @@ focused = {
                       "recsys_fedrec_baselines recsys_graph_models fl_methods graph_methods graph_task diagnostics "
                       "divergence client_batching resume_every_algorithm inference formula_values refusals options "
                       "aml_scale paper_cuts",
+    "fgx/unlearning": "unlearning unlearning_attacks unlearning_certificate fast_paths",
 }
 chosen = os.environ.get("MUTATION_TESTS", "").split()
 if not chosen and pkg in focused:

@@ -72,7 +72,7 @@ def sgemm_gflops(repeat: int, n: int = 1024) -> float:
     """This CPU's single-precision matrix-product rate (GFLOP/s) on one n x n x n product: the rate
     an exact f_Pred's product term cannot beat."""
     x, y = torch.randn(n, n), torch.randn(n, n)
-    # best of many: a shared machine's slow moments would lower the floor's rate, not raise it
+    # best of many: a slow moment of a shared machine would understate the rate, so overstate the floor
     return 2 * n ** 3 / best_of(lambda: x @ y, max(4 * repeat, 20)) / 1e9
 
 
@@ -136,9 +136,6 @@ def main() -> None:
     best = {s: min(v) for s, v in times.items()}
     for s, t in best.items():
         print(f"LPSFed evaluation ({s}), 4 spectral clients, val + test: {t:.3f} s")
-    # the batched f_Pred against f_Pred applied to each pair (the training path, pair_cos): same NDCG.
-    # Compared in float64: in float32 the two summation orders flip near-tied items at rank 20 (NDCG
-    # apart by ~7e-6); in float64 that rounding is gone and what remains is any difference of function
     # f_Pred alone (the part of the mlp_angle evaluation the cosine does not have) and its floor: the
     # first layer's product term, K x D multiply-adds per pair, at this CPU's best matrix-product rate
     with torch.no_grad():
@@ -146,6 +143,9 @@ def main() -> None:
         t_fpred = best_of(lambda: [pred_all_pairs(p, u, v) for p, u, v in embedded], a.repeat)
     gflop = sum(2 * p[0].weight.size(0) * u.size(1) * u.size(0) * v.size(0) for p, u, v in embedded) / 1e9
     rate = sgemm_gflops(a.repeat)
+    # the batched f_Pred against f_Pred applied to each pair (the training path, pair_cos): same NDCG.
+    # Compared in float64: in float32 the two summation orders flip near-tied items at rank 20 (NDCG
+    # apart by ~7e-6); in float64 that rounding is gone and what remains is any difference of function
     diff = 0.0
     with torch.no_grad():
         for m, ci, g in by_score["mlp_angle"] + by_score["mlp_angle_1layer"]:

@@ -480,6 +480,25 @@ MUTATIONS = [
       'tick(f"client {state.cid} step", step + 1, steps)', 'tick(f"client {state.cid} step", step + 1, None)',
       ["tests/test_paper_cuts.py::test_a_long_round_reports_each_clients_step_out_of_its_total"],
       "progress: a client's step line lost (no total)"),
+    # the seed-0 sample of fgx/unlearning (docs/testing.md): functions no focused test reached
+    M("exact_embedding_columns_inverted", "fgx/unlearning/propagation.py",
+      "x = self.x if columns is None else self.x[:, columns]\n        return exact_propagation(self.adj, x.astype(dtype",
+      "x = self.x if columns is not None else self.x[:, columns]\n        return exact_propagation(self.adj, x.astype(dtype",
+      ["tests/test_unlearning.py::test_exact_propagator_exact_embedding_is_the_current_graphs_propagation"],
+      "ExactPropagator.exact_embedding: the columns asked for ignored"),
+    M("exact_embedding_dtype_ignored", "fgx/unlearning/propagation.py",
+      "else self.x[:, columns]\n        return exact_propagation(self.adj, x.astype(dtype, copy=False)",
+      "else self.x[:, columns]\n        return exact_propagation(self.adj, x.astype(None, copy=False)",
+      ["tests/test_unlearning.py::test_exact_propagator_exact_embedding_is_the_current_graphs_propagation"],
+      "ExactPropagator.exact_embedding: the dtype asked for ignored"),
+    M("vulnerable_edges_degree_off_by_two", "fgx/unlearning/requests.py",
+      "low = test[p.prop.deg[test] - 1 < max_degree]", "low = test[p.prop.deg[test] + 1 < max_degree]",
+      ["tests/test_unlearning.py::test_vulnerable_edges_are_low_degree_test_nodes_edges_to_same_label_neighbours_once"],
+      "vulnerable selection: degree counted with two extra"),
+    M("vulnerable_edges_listed_twice", "fgx/unlearning/requests.py",
+      "seen.add(key)", "seen.add(None)",
+      ["tests/test_unlearning.py::test_vulnerable_edges_are_low_degree_test_nodes_edges_to_same_label_neighbours_once"],
+      "vulnerable selection: an edge between two low-degree test nodes listed twice"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -563,3 +563,44 @@ def test_scalegun_presets_compose_for_every_swept_value(preset):
         for value in str(values).split(","):
             v = validate(compose([f"+experiment={preset}", f"{key}={value}"]))
             assert v.names["algorithm"] == "certified_lr"
+
+
+def test_exact_propagator_exact_embedding_is_the_current_graphs_propagation():
+    """ExactPropagator.exact_embedding (what CGU's and CEU's true gradient norm reads): the exact
+    propagation of the current features over the current graph, all columns or the ones asked, in the
+    dtype asked."""
+    from fgx.unlearning.propagation import ExactPropagator
+    adj, x, _ = random_graph(seed=3)
+    w = [0.2, 0.3, 0.5]
+    prop = ExactPropagator(adj, x, w, dtype="float32")
+    prop.remove_edges(np.array([[0], [adj[0].indices[adj[0].indices != 0][0]]]))
+    want = exact_propagation(prop.adj, prop.x.astype(np.float64), w, prop.deg)
+    full = prop.exact_embedding()
+    assert full.dtype == np.float64 and np.abs(full - want).max() < 1e-12
+    two = prop.exact_embedding(columns=[1, 4])
+    assert two.shape == (x.shape[0], 2) and np.abs(two - want[:, [1, 4]]).max() < 1e-12
+    assert prop.exact_embedding(dtype=np.float32).dtype == np.float32
+    # it is the graph after the removal, not the one the propagator started from
+    assert np.abs(full - exact_propagation(adj, prop.x.astype(np.float64), w)).max() > 1e-6
+
+
+def test_vulnerable_edges_are_low_degree_test_nodes_edges_to_same_label_neighbours_once():
+    """ScaleGUN Table 1's selection (requests.selection=vulnerable): test nodes with fewer than
+    max_degree neighbours give their edges to same-label neighbours, each undirected edge once."""
+    from types import SimpleNamespace
+
+    from fgx.unlearning.requests import vulnerable_edges
+    # a path 0-1-2-3 plus a star around 4 (neighbours 0, 1, 2, 3, 5); labels: 0,1,2,4 share label 0
+    ei = np.array([[0, 1, 2, 4, 4, 4, 4, 4], [1, 2, 3, 0, 1, 2, 3, 5]])
+    prop = GPRPropagator(symmetric_adjacency(ei, 6), np.eye(6), [0, 1], 0.0, dtype="float64")
+    y = np.array([0, 0, 0, 1, 0, 1])
+    party = SimpleNamespace(cid=7, prop=prop, y=y,
+                            split_ids=lambda name: {"test": np.array([0, 1, 4])}[name])
+    got = vulnerable_edges([party], max_degree=3, rng=np.random.default_rng(0))
+    edges = sorted(tuple(sorted(e.tolist())) for _, e in got)
+    # test nodes: 0 (neighbours 1, 4: in), 1 (neighbours 0, 2, 4: not fewer than 3), 4 (5 neighbours);
+    # node 0's same-label neighbours are 1 and 4
+    assert edges == [(0, 1), (0, 4)] and {c for c, _ in got} == {7}
+    both = vulnerable_edges([party], max_degree=4, rng=np.random.default_rng(0))
+    # node 1 joins: its same-label edges (1, 0) -- already listed by node 0 -- (1, 2) and (1, 4)
+    assert sorted(tuple(sorted(e.tolist())) for _, e in both) == [(0, 1), (0, 4), (1, 2), (1, 4)]

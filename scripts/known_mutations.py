@@ -499,6 +499,18 @@ MUTATIONS = [
       "seen.add(key)", "seen.add(None)",
       ["tests/test_unlearning.py::test_vulnerable_edges_are_low_degree_test_nodes_edges_to_same_label_neighbours_once"],
       "vulnerable selection: an edge between two low-degree test nodes listed twice"),
+    M("eps2_edges_as_nodes", "fgx/unlearning/bounds.py",
+      'if kind == "edge":\n        e = np.asarray', 'if kind == "not an edge":\n        e = np.asarray',
+      ["tests/test_unlearning.py::test_worst_case_bounds_follow_theorems"],
+      "certificate: an edge request's eps2 by the node formula (Lemma E.5 lost)"),
+    M("report_without_epsilon1", "fgx/unlearning/scalegun.py",
+      '"epsilon1": eps1, **wc', '"eps1": eps1, **wc',
+      ["tests/test_unlearning.py::test_true_norm_within_data_dependent_within_worst_case"],
+      "certificate: a request's record without its epsilon1"),
+    M("adversarial_edges_repeated", "fgx/unlearning/requests.py",
+      "existing.add(key)", "existing.add(None)",
+      ["tests/test_unlearning.py::test_adversarial_injection_adds_distinct_new_edges_between_different_labels"],
+      "adversarial selection: the same injected edge added twice"),
 ]
 
 def copy_repo(dst: Path) -> None:

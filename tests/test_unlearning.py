@@ -211,6 +211,9 @@ def test_worst_case_bounds_follow_theorems():
     deg = np.array([3.0, 2.0, 5.0])
     assert embedding_change("node", deg, [0], neighbours=lambda u: [1, 2]) == [
         pytest.approx(4 * np.sqrt(3) + 4 / np.sqrt(2) + 4 / np.sqrt(5))]               # Lemma E.6
+    assert embedding_change("edge", deg, np.array([[0, 1], [2, 2]])) == [
+        pytest.approx(4 / np.sqrt(3) + 4 / np.sqrt(5)), pytest.approx(4 / np.sqrt(2) + 4 / np.sqrt(5))]  # Lemma E.5
+    assert embedding_change("feature", deg, [2, 1]) == [pytest.approx(np.sqrt(5)), pytest.approx(np.sqrt(2))]  # E.1
     # a batch adds the unlearning components of its instances (Minkowski), not the approximation
     two = worst_case("edge", eps1, [1.0, 1.0], F, lam, n_t)
     one = worst_case("edge", eps1, [1.0], F, lam, n_t)
@@ -364,6 +367,8 @@ def test_true_norm_within_data_dependent_within_worst_case(kind):
         assert row["true_norm"] <= row["data_dependent_bound"] <= row["worst_case_main"]
         assert row["data_dependent_bound"] <= row["worst_case_intermediate"]
         assert row["true_le_data_dependent"] and not row["retrained"]
+        # epsilon1 = sqrt(n) L r_max, the propagation error the worst-case bounds start from
+        assert row["epsilon1"] == pytest.approx(np.sqrt(party.n) * party.prop.L * party.prop.r_max) and row["epsilon1"] > 0
 
 
 def test_ceu_steps_with_the_hessian_before_the_removal():
@@ -604,3 +609,17 @@ def test_vulnerable_edges_are_low_degree_test_nodes_edges_to_same_label_neighbou
     both = vulnerable_edges([party], max_degree=4, rng=np.random.default_rng(0))
     # node 1 joins: its same-label edges (1, 0) -- already listed by node 0 -- (1, 2) and (1, 4)
     assert sorted(tuple(sorted(e.tolist())) for _, e in both) == [(0, 1), (0, 4), (1, 2), (1, 4)]
+
+
+def test_adversarial_injection_adds_distinct_new_edges_between_different_labels():
+    """requests.selection=adversarial: the injected edges join differently labelled nodes of a client,
+    are not edges already, and are each added once (here every such pair of the client is drawn)."""
+    from types import SimpleNamespace
+
+    from fgx.unlearning.requests import inject_adversarial
+    y = np.array([0, 1, 0, 1, 0])
+    party = SimpleNamespace(cid=3, n=5, y=y, edge_index=np.array([[0, 1], [1, 0]]))
+    out = inject_adversarial([party], 5, np.random.default_rng(0))
+    got = sorted(map(tuple, out[3].T.tolist()))
+    # the 6 pairs of different labels, less the existing edge (0, 1)
+    assert got == [(0, 3), (1, 2), (1, 4), (2, 3), (3, 4)] and party.extra_edges is out[3]

@@ -511,6 +511,10 @@ MUTATIONS = [
       "existing.add(key)", "existing.add(None)",
       ["tests/test_unlearning.py::test_adversarial_injection_adds_distinct_new_edges_between_different_labels"],
       "adversarial selection: the same injected edge added twice"),
+    M("linkteller_unnormalised_influence", "fgx/unlearning/attacks.py",
+      "inv = 1.0 / np.sqrt(prop.deg)", "inv = 1.0 * np.sqrt(prop.deg)",
+      ["tests/test_unlearning_attacks.py::test_linkteller_influence_is_the_propagation_matrix_entry"],
+      "LinkTeller: influence through D^1/2 A D^1/2 instead of the propagation's D^-1/2 A D^-1/2"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -60,3 +60,18 @@ def test_fgx_run_reports_attacks_for_unlearned_and_retrained(run_fgx, tiny_cfg):
             for model in ("unlearned", "retrained"):
                 assert 0.0 <= s[f"{name}_auc_{model}"] <= 1.0
         assert json.loads((run / "summary.json").read_text())["unlearning"][f"{names[0]}_auc_retrained"] >= 0
+
+
+def test_linkteller_influence_is_the_propagation_matrix_entry():
+    """LinkTeller's influence of u on v: sum_l w_l (A_hat^l)[v, u], A_hat = D^-1/2 A D^-1/2 with the
+    propagation's self-loops, against the dense matrix powers."""
+    from fgx.unlearning.propagation import GPRPropagator, symmetric_adjacency
+    rng = np.random.default_rng(2)
+    ei = rng.integers(0, 12, (2, 30))
+    w = [0.1, 0.5, 0.4]
+    prop = GPRPropagator(symmetric_adjacency(ei, 12), np.eye(12), w, 0.0, dtype="float64")
+    a = prop.adj.toarray()
+    a_hat = a / np.sqrt(np.outer(prop.deg, prop.deg))
+    dense = sum(wl * np.linalg.matrix_power(a_hat, lvl) for lvl, wl in enumerate(w))
+    src, dst = np.array([0, 3, 5, 7]), np.array([1, 3, 9, 2])
+    assert np.allclose(attacks._influence(prop, src, dst), dense[dst, src], atol=1e-12)

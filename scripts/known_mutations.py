@@ -515,6 +515,10 @@ MUTATIONS = [
       "inv = 1.0 / np.sqrt(prop.deg)", "inv = 1.0 * np.sqrt(prop.deg)",
       ["tests/test_unlearning_attacks.py::test_linkteller_influence_is_the_propagation_matrix_entry"],
       "LinkTeller: influence through D^1/2 A D^1/2 instead of the propagation's D^-1/2 A D^-1/2"),
+    M("state_bytes_wrong_sum", "fgx/unlearning/propagation.py",
+      "+ a.indptr.nbytes + self.deg.nbytes + self._pos.nbytes", "+ a.indptr.nbytes + self.deg.nbytes - self._pos.nbytes",
+      ["tests/test_unlearning.py::test_state_bytes_are_the_bytes_of_the_arrays_the_state_holds"],
+      "ScaleGUN's state bytes: an array subtracted"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -623,3 +623,24 @@ def test_adversarial_injection_adds_distinct_new_edges_between_different_labels(
     got = sorted(map(tuple, out[3].T.tolist()))
     # the 6 pairs of different labels, less the existing edge (0, 1)
     assert got == [(0, 3), (1, 2), (1, 4), (2, 3), (3, 4)] and party.extra_edges is out[3]
+
+
+def test_state_bytes_are_the_bytes_of_the_arrays_the_state_holds():
+    """memory_bytes (the record's state_bytes, bench_unlearning's state_gb) adds up the arrays each
+    propagator owns: ScaleGUN's reserves, residue rows, adjacency entries and index, degrees and push
+    bookkeeping (the features are the caller's, a reference); the exact propagator's own copy of the
+    features and Z. Residues stored by a lazy removal add their bytes."""
+    from fgx.unlearning.propagation import ExactPropagator
+    adj, x, _ = random_graph(seed=4)
+
+    def csr(a):
+        return a.data.nbytes + a.indices.nbytes + a.indptr.nbytes
+
+    prop = GPRPropagator(adj, x, [0, 0, 1], 1e-3, dtype="float64")
+    prop.remove_edges(prop.sample_edges(5, np.random.default_rng(4)))
+    held = sum(r.nbytes for r in prop.R)
+    assert held > 0 and prop._x is x
+    assert prop.memory_bytes() == (prop.Q.nbytes + held + csr(prop.adj) + prop.deg.nbytes + prop._pos.nbytes
+                                   + prop._mark.nbytes)
+    exact = ExactPropagator(adj, x, [0, 0, 1], dtype="float64")
+    assert exact.memory_bytes() == exact.x.nbytes + exact.Z.nbytes + csr(exact.adj) + exact.deg.nbytes

@@ -519,6 +519,14 @@ MUTATIONS = [
       "+ a.indptr.nbytes + self.deg.nbytes + self._pos.nbytes", "+ a.indptr.nbytes + self.deg.nbytes - self._pos.nbytes",
       ["tests/test_unlearning.py::test_state_bytes_are_the_bytes_of_the_arrays_the_state_holds"],
       "ScaleGUN's state bytes: an array subtracted"),
+    M("certificate_retrain_warning_lost", "fgx/unlearning/scalegun.py",
+      'out["setup"]["initial_bound"], budget)', 'out["setup"]["initial_bound"], None)',
+      ["tests/test_unlearning.py::test_certificate_warnings_name_their_numbers"],
+      "certificate: the warning that the trained model was retrained cannot be formatted (lost)"),
+    M("certificate_outside_warning_keyerror", "fgx/unlearning/scalegun.py",
+      'self.name, s["requests_outside_budget"], len(rows),', 'self.name, s["outside"], len(rows),',
+      ["tests/test_unlearning.py::test_certificate_warnings_name_their_numbers"],
+      "certificate.enforce=false: the run ends in a KeyError when a released model is outside"),
 ]
 
 def copy_repo(dst: Path) -> None:

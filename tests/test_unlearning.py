@@ -644,3 +644,19 @@ def test_state_bytes_are_the_bytes_of_the_arrays_the_state_holds():
                                    + prop._mark.nbytes)
     exact = ExactPropagator(adj, x, [0, 0, 1], dtype="float64")
     assert exact.memory_bytes() == exact.x.nbytes + exact.Z.nbytes + csr(exact.adj) + exact.deg.nbytes
+
+
+def test_certificate_warnings_name_their_numbers(run_fgx, tiny_cfg):
+    """The certificate's two run-level warnings reach fgx.log with their numbers: the trained model
+    re-propagated and retrained because its bound exceeds the budget, and, with
+    certificate.enforce=false, how many released models were outside the certificate."""
+    over = [*certified(tiny_cfg), "unlearning=scalegun", "unlearning.requests.num_requests=3", "unlearning.mia=false",
+            "unlearning.attacks=false", "unlearning.certificate.epsilon=1e-6"]
+    run = run_fgx(*over)
+    out = json.loads((run / "unlearning.json").read_text())
+    assert out["setup"]["repropagated"]
+    assert f"exceeds the budget {out['budget']:.3g}: re-propagated exactly" in (run / "fgx.log").read_text()
+    run = run_fgx(*over, "unlearning.certificate.enforce=false")
+    s = json.loads((run / "unlearning.json").read_text())["summary"]
+    assert s["requests_outside_budget"] == 3
+    assert "3 of 3 released models were outside the certificate" in (run / "fgx.log").read_text()

@@ -527,6 +527,14 @@ MUTATIONS = [
       'self.name, s["requests_outside_budget"], len(rows),', 'self.name, s["outside"], len(rows),',
       ["tests/test_unlearning.py::test_certificate_warnings_name_their_numbers"],
       "certificate.enforce=false: the run ends in a KeyError when a released model is outside"),
+    M("unlearning_summary_means_zero", "fgx/unlearning/scalegun.py",
+      "return float(np.mean(vals)) if vals else 0.0", "return 0.0",
+      ["tests/test_unlearning.py::test_fgx_run_scalegun_writes_unlearning_json"],
+      "unlearning summary: every mean time 0"),
+    M("attack_log_names_cut", "fgx/unlearning/scalegun.py",
+      "f\"{k[:-len('_auc_unlearned')]}", "f\"{k[:len('_auc_unlearned')]}",
+      ["tests/test_unlearning_attacks.py::test_fgx_run_reports_attacks_for_unlearned_and_retrained"],
+      "the log's attack AUC line names the attacks wrongly"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -470,6 +470,8 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
     s = out["summary"]
     assert s["bounds_true_le_data_dependent"] == 1.0 and s["bounds_data_dependent_le_worst_case"] == 1.0
     assert 0.0 <= s["mia_auc_before"] <= 1.0 and 0.0 <= s["mia_auc_after"] <= 1.0
+    for key in ("total_s", "propagation_s", "certificate_s"):     # the summary's means are the rows'
+        assert s[f"mean_{key}"] == pytest.approx(np.mean([r[key] for r in rows])) and s[f"mean_{key}"] > 0
     assert out["setup"]["dtype"] == "float32" and out["setup"]["epsilon1"] > 0
     from fgx.report.plots import make_figure
     fig = make_figure([run], kind="bounds")          # the paper's Fig. 2 from the run

@@ -60,6 +60,10 @@ def test_fgx_run_reports_attacks_for_unlearned_and_retrained(run_fgx, tiny_cfg):
             for model in ("unlearned", "retrained"):
                 assert 0.0 <= s[f"{name}_auc_{model}"] <= 1.0
         assert json.loads((run / "summary.json").read_text())["unlearning"][f"{names[0]}_auc_retrained"] >= 0
+        # the log names each attack with its two AUCs
+        line = next(ln for ln in (run / "fgx.log").read_text().splitlines() if "attack AUCs, unlearned / retrained" in ln)
+        for name in names:
+            assert f"{name} {s[f'{name}_auc_unlearned']:.3f} / {s[f'{name}_auc_retrained']:.3f}" in line
 
 
 def test_linkteller_influence_is_the_propagation_matrix_entry():

@@ -535,6 +535,10 @@ MUTATIONS = [
       "f\"{k[:-len('_auc_unlearned')]}", "f\"{k[:len('_auc_unlearned')]}",
       ["tests/test_unlearning_attacks.py::test_fgx_run_reports_attacks_for_unlearned_and_retrained"],
       "the log's attack AUC line names the attacks wrongly"),
+    M("unlearning_final_accuracy_is_initial", "fgx/unlearning/scalegun.py",
+      'accs = [r["test_accuracy"] for r in rows if r["test_accuracy"] is not None]', "accs = []",
+      ["tests/test_unlearning.py::test_fgx_run_scalegun_writes_unlearning_json"],
+      "unlearning summary: the final test accuracy is the one before any request"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -470,6 +470,7 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
     s = out["summary"]
     assert s["bounds_true_le_data_dependent"] == 1.0 and s["bounds_data_dependent_le_worst_case"] == 1.0
     assert 0.0 <= s["mia_auc_before"] <= 1.0 and 0.0 <= s["mia_auc_after"] <= 1.0
+    assert s["final_test_accuracy"] == [r["test_accuracy"] for r in rows if r["test_accuracy"] is not None][-1]
     for key in ("total_s", "propagation_s", "certificate_s"):     # the summary's means are the rows'
         assert s[f"mean_{key}"] == pytest.approx(np.mean([r[key] for r in rows])) and s[f"mean_{key}"] > 0
     assert out["setup"]["dtype"] == "float32" and out["setup"]["epsilon1"] > 0

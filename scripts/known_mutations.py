@@ -539,6 +539,10 @@ MUTATIONS = [
       'accs = [r["test_accuracy"] for r in rows if r["test_accuracy"] is not None]', "accs = []",
       ["tests/test_unlearning.py::test_fgx_run_scalegun_writes_unlearning_json"],
       "unlearning summary: the final test accuracy is the one before any request"),
+    M("retrain_propagates_every_request", "fgx/unlearning/retrain.py",
+      "party.apply(kind, items, server.C, sync=False)", "party.apply(kind, items, server.C)",
+      ["tests/test_unlearning.py::test_retrain_defers_the_exact_propagation_to_the_requests_it_evaluates"],
+      "retrain: an exact re-propagation at every request, not only where it evaluates (same numbers, more work)"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -663,3 +663,20 @@ def test_certificate_warnings_name_their_numbers(run_fgx, tiny_cfg):
     s = json.loads((run / "unlearning.json").read_text())["summary"]
     assert s["requests_outside_budget"] == 3
     assert "3 of 3 released models were outside the certificate" in (run / "fgx.log").read_text()
+
+
+def test_retrain_defers_the_exact_propagation_to_the_requests_it_evaluates(monkeypatch):
+    """unlearning=retrain only changes the graph on a request it does not evaluate; the exact
+    re-propagation (and the retraining) run once, on the request that evaluates."""
+    from types import SimpleNamespace
+
+    from fgx.unlearning import propagation
+    from fgx.unlearning.retrain import RetrainParams, RetrainProcessor
+    server = build_server(make_parties(1, seed=7), exact=True)
+    calls = []
+    real = propagation.exact_propagation
+    monkeypatch.setattr(propagation, "exact_propagation", lambda *a, **k: calls.append(1) or real(*a, **k))
+    proc = RetrainProcessor(server, RetrainParams(), SimpleNamespace(train=server.train))
+    rng = np.random.default_rng(7)
+    rows = [proc.process({0: server.parties[0].prop.sample_edges(1, rng)}, evaluate=e) for e in (False, False, True)]
+    assert [r["retrained"] for r in rows] == [False, False, True] and len(calls) == 1

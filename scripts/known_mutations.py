@@ -543,6 +543,10 @@ MUTATIONS = [
       "party.apply(kind, items, server.C, sync=False)", "party.apply(kind, items, server.C)",
       ["tests/test_unlearning.py::test_retrain_defers_the_exact_propagation_to_the_requests_it_evaluates"],
       "retrain: an exact re-propagation at every request, not only where it evaluates (same numbers, more work)"),
+    M("features_chunks_restart_at_zero", "fgx/unlearning/propagation.py",
+      "r = np.arange(lo, min(lo + 65536, self.n))", "r = np.arange(min(lo + 65536, self.n))",
+      ["tests/test_unlearning.py::test_features_recovered_from_the_state_on_a_graph_larger_than_one_chunk"],
+      "ScaleGUN's features read back: every chunk after the first re-divides the earlier rows"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -680,3 +680,14 @@ def test_retrain_defers_the_exact_propagation_to_the_requests_it_evaluates(monke
     rng = np.random.default_rng(7)
     rows = [proc.process({0: server.parties[0].prop.sample_edges(1, rng)}, evaluate=e) for e in (False, False, True)]
     assert [r["retrained"] for r in rows] == [False, False, True] and len(calls) == 1
+
+
+def test_features_recovered_from_the_state_on_a_graph_larger_than_one_chunk():
+    """GPRPropagator.features() reads X back from the invariant x = (q0 + r0) / sqrt(d) in chunks of
+    65,536 rows; on a 70,000-node ring every row, in both chunks, is the feature row given."""
+    n = 70_000
+    ei = np.stack([np.arange(n), (np.arange(n) + 1) % n])
+    x = np.random.default_rng(0).normal(size=(n, 2))
+    x /= np.linalg.norm(x, axis=1).max()
+    prop = GPRPropagator(symmetric_adjacency(ei, n), x, [0, 0, 1], 1e-2, dtype="float64")
+    assert np.abs(prop.features() - x).max() < 1e-12

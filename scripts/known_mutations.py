@@ -547,6 +547,10 @@ MUTATIONS = [
       "r = np.arange(lo, min(lo + 65536, self.n))", "r = np.arange(min(lo + 65536, self.n))",
       ["tests/test_unlearning.py::test_features_recovered_from_the_state_on_a_graph_larger_than_one_chunk"],
       "ScaleGUN's features read back: every chunk after the first re-divides the earlier rows"),
+    M("factored_never_rebuilds_anchor", "fgx/unlearning/scalegun.py",
+      "and drift is not None and np.any(drift > 0):", "and drift is not None and False:",
+      ["tests/test_unlearning_certificate.py::test_factored_rebuilds_its_anchor_before_giving_up_a_step"],
+      "solver=factored: a step over budget through anchor drift is given up without rebuilding the anchor"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -226,3 +226,17 @@ def test_factored_matches_cg_steps():
         ra, rb = pa.process({0: e}), pb.process({0: e.copy()})
         assert ra["action"] == rb["action"] == "newton"
     assert np.allclose(a.W, b.W, rtol=1e-6, atol=1e-9) and rb["cg_iterations"] <= 5
+
+
+def test_factored_rebuilds_its_anchor_before_giving_up_a_step():
+    """solver=factored with the certificate enforced: when a step's bound exceeds the budget and the
+    anchor's curvature drift is part of it, the anchor is rebuilt at the current W and the step solved
+    again, before any retraining."""
+    server = build_server([generated_party(n=1500, f=8, seed=7)], noise_std=0.0, r_max=1e-9, lam=1e-3)
+    # the first request's bound (no drift yet) is ~5.5e-4, the second's ~1.2e-3 with drift ~2.2e-4
+    proc = processor(server, budget=1.1e-3, **{"certificate.include_train_residual": False, "solver": "factored"})
+    party, rng = server.parties[0], np.random.default_rng(0)
+    first = proc.process({0: party.prop.sample_edges(1, rng)})
+    assert first["anchor_builds"] == 1 and first["bound"] <= 1.1e-3
+    second = proc.process({0: party.prop.sample_edges(1, rng)})
+    assert second["anchor_builds"] == 2 and second["anchor_build_s"] > 0 and second["anchor_drift"] == 0.0

@@ -551,6 +551,10 @@ MUTATIONS = [
       "and drift is not None and np.any(drift > 0):", "and drift is not None and False:",
       ["tests/test_unlearning_certificate.py::test_factored_rebuilds_its_anchor_before_giving_up_a_step"],
       "solver=factored: a step over budget through anchor drift is given up without rebuilding the anchor"),
+    M("factored_rebuilds_without_drift", "fgx/unlearning/scalegun.py",
+      "and drift is not None and np.any(drift > 0):", "and drift is not None and np.any(drift >= 0):",
+      ["tests/test_unlearning_certificate.py::test_factored_rebuilds_its_anchor_before_giving_up_a_step"],
+      "solver=factored: the anchor rebuilt when it has no drift (a rebuild that cannot help)"),
 ]
 
 def copy_repo(dst: Path) -> None:

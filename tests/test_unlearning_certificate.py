@@ -240,3 +240,8 @@ def test_factored_rebuilds_its_anchor_before_giving_up_a_step():
     assert first["anchor_builds"] == 1 and first["bound"] <= 1.1e-3
     second = proc.process({0: party.prop.sample_edges(1, rng)})
     assert second["anchor_builds"] == 2 and second["anchor_build_s"] > 0 and second["anchor_drift"] == 0.0
+    # over the budget without any drift (the first request, budget 5e-4): a rebuild could not help, none is made
+    server = build_server([generated_party(n=1500, f=8, seed=7)], noise_std=0.0, r_max=1e-9, lam=1e-3)
+    proc = processor(server, budget=5e-4, **{"certificate.include_train_residual": False, "solver": "factored"})
+    first = proc.process({0: server.parties[0].prop.sample_edges(1, np.random.default_rng(0))})
+    assert first["anchor_builds"] == 1 and first["action"] != "newton"

@@ -480,7 +480,7 @@ MUTATIONS = [
       'tick(f"client {state.cid} step", step + 1, steps)', 'tick(f"client {state.cid} step", step + 1, None)',
       ["tests/test_paper_cuts.py::test_a_long_round_reports_each_clients_step_out_of_its_total"],
       "progress: a client's step line lost (no total)"),
-    # the seed-0 sample of fgx/unlearning (docs/testing.md): functions no focused test reached
+    # survivors of the seed-0 sample of fgx/unlearning (docs/testing.md, "A first sample of fgx/unlearning")
     M("exact_embedding_columns_inverted", "fgx/unlearning/propagation.py",
       "x = self.x if columns is None else self.x[:, columns]\n        return exact_propagation(self.adj, x.astype(dtype",
       "x = self.x if columns is not None else self.x[:, columns]\n        return exact_propagation(self.adj, x.astype(dtype",
@@ -555,6 +555,10 @@ MUTATIONS = [
       "and drift is not None and np.any(drift > 0):", "and drift is not None and np.any(drift >= 0):",
       ["tests/test_unlearning_certificate.py::test_factored_rebuilds_its_anchor_before_giving_up_a_step"],
       "solver=factored: the anchor rebuilt when it has no drift (a rebuild that cannot help)"),
+    M("newton_norm_per_feature", "fgx/unlearning/scalegun.py",
+      'v, v_norm, approx = sol["v"], np.linalg.norm(sol["v"], axis=0)', 'v, v_norm, approx = sol["v"], np.linalg.norm(sol["v"], axis=1)',
+      ["tests/test_unlearning.py::test_true_norm_within_data_dependent_within_worst_case"],
+      "unlearning record: the Newton step's norm taken per feature, not per class"),
 ]
 
 def copy_repo(dst: Path) -> None:

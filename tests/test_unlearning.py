@@ -367,6 +367,8 @@ def test_true_norm_within_data_dependent_within_worst_case(kind):
         assert row["true_norm"] <= row["data_dependent_bound"] <= row["worst_case_main"]
         assert row["data_dependent_bound"] <= row["worst_case_intermediate"]
         assert row["true_le_data_dependent"] and not row["retrained"]
+        # the record's Newton-step norm is the largest per-class norm of the step taken
+        assert row["newton_norm"] == pytest.approx(np.linalg.norm(proc.last_v, axis=0).max())
         # epsilon1 = sqrt(n) L r_max, the propagation error the worst-case bounds start from
         assert row["epsilon1"] == pytest.approx(np.sqrt(party.n) * party.prop.L * party.prop.r_max) and row["epsilon1"] > 0
 

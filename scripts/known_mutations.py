@@ -559,6 +559,14 @@ MUTATIONS = [
       'v, v_norm, approx = sol["v"], np.linalg.norm(sol["v"], axis=0)', 'v, v_norm, approx = sol["v"], np.linalg.norm(sol["v"], axis=1)',
       ["tests/test_unlearning.py::test_true_norm_within_data_dependent_within_worst_case"],
       "unlearning record: the Newton step's norm taken per feature, not per class"),
+    M("record_without_rounding_after_retrain", "fgx/unlearning/scalegun.py",
+      'row["rounding_term_after_retrain"] = self.rounding_term(self.after)', 'row["rounding_after"] = self.rounding_term(self.after)',
+      ["tests/test_unlearning.py::test_accountant_retrains_with_fresh_noise_when_budget_is_exceeded"],
+      "unlearning record: a retrained request without the rounding term of the state it was released on"),
+    M("record_report_time_lost", "fgx/unlearning/scalegun.py",
+      'row["report_s"] = time.perf_counter() - t1', 'row["report_s"] = None',
+      ["tests/test_unlearning.py::test_true_norm_within_data_dependent_within_worst_case"],
+      "unlearning record: report.bounds' time not recorded"),
 ]
 
 def copy_repo(dst: Path) -> None:

@@ -367,6 +367,7 @@ def test_true_norm_within_data_dependent_within_worst_case(kind):
         assert row["true_norm"] <= row["data_dependent_bound"] <= row["worst_case_main"]
         assert row["data_dependent_bound"] <= row["worst_case_intermediate"]
         assert row["true_le_data_dependent"] and not row["retrained"]
+        assert row["report_s"] > 0          # the exact propagation of the report, timed apart
         # the record's Newton-step norm is the largest per-class norm of the step taken
         assert row["newton_norm"] == pytest.approx(np.linalg.norm(proc.last_v, axis=0).max())
         # epsilon1 = sqrt(n) L r_max, the propagation error the worst-case bounds start from
@@ -406,6 +407,9 @@ def test_accountant_retrains_with_fresh_noise_when_budget_is_exceeded():
     row = proc.process({0: server.parties[0].prop.edges()[:, :1]})
     assert row["retrained"] and row["retrain_count"] == 1 and calls
     assert not np.allclose(server.b, b0) and proc.beta.max() == 0.0
+    # the record keeps the state the retrained model was released on
+    assert row["residue_norm_after_retrain"] == proc.after["residue_norm"]
+    assert row["rounding_term_after_retrain"] == pytest.approx(proc.rounding_term(proc.after))
 
 
 def test_federated_deletion_touches_one_client_and_matches_centralised():

@@ -567,6 +567,10 @@ MUTATIONS = [
       'row["report_s"] = time.perf_counter() - t1', 'row["report_s"] = None',
       ["tests/test_unlearning.py::test_true_norm_within_data_dependent_within_worst_case"],
       "unlearning record: report.bounds' time not recorded"),
+    M("feature_request_removes_the_node", "fgx/unlearning/certified.py",
+      'if kind == "feature" else self.prop.remove_nodes(nodes)', 'if kind == "Feature" else self.prop.remove_nodes(nodes)',
+      ["tests/test_unlearning.py::test_a_feature_request_zeroes_the_features_and_keeps_the_edges"],
+      "feature unlearning removes the node's edges too"),
 ]
 
 def copy_repo(dst: Path) -> None:

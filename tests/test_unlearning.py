@@ -697,3 +697,18 @@ def test_features_recovered_from_the_state_on_a_graph_larger_than_one_chunk():
     x /= np.linalg.norm(x, axis=1).max()
     prop = GPRPropagator(symmetric_adjacency(ei, n), x, [0, 0, 1], 1e-2, dtype="float64")
     assert np.abs(prop.features() - x).max() < 1e-12
+
+
+def test_a_feature_request_zeroes_the_features_and_keeps_the_edges():
+    """requests.type=feature removes a node's features, not the node: its edges stay (a node request
+    drops both)."""
+    server = build_server(make_parties(1, seed=16), noise_std=0.0, r_max=1e-3)
+    party = server.parties[0]
+    u = int(party.train_ids()[0])
+    nb = party.prop.neighbours(u).copy()
+    assert nb.size
+    processor(server, **{"certificate.enforce": False, "requests.type": "feature"}).process({0: [u]})
+    assert np.array_equal(party.prop.neighbours(u), nb)
+    assert np.abs(party.prop.features([u])).max() < 1e-12
+    processor(server, **{"certificate.enforce": False, "requests.type": "node"}).process({0: [u]})
+    assert party.prop.neighbours(u).size == 0

@@ -571,6 +571,14 @@ MUTATIONS = [
       'if kind == "feature" else self.prop.remove_nodes(nodes)', 'if kind == "Feature" else self.prop.remove_nodes(nodes)',
       ["tests/test_unlearning.py::test_a_feature_request_zeroes_the_features_and_keeps_the_edges"],
       "feature unlearning removes the node's edges too"),
+    M("one_edge_pair_refused", "fgx/unlearning/propagation.py",
+      "            e = e.reshape(2, 1)", "            e = None",
+      ["tests/test_unlearning.py::test_edge_removal_takes_one_edge_as_a_pair_and_names_an_edge_not_in_the_graph"],
+      "edge removal: one edge given as a flat pair crashes"),
+    M("missing_edge_not_named", "fgx/unlearning/propagation.py",
+      "bad = np.flatnonzero((pos_uv < 0) | (pos_vu < 0))[0]", "bad = np.arange(u.size)",
+      ["tests/test_unlearning.py::test_edge_removal_takes_one_edge_as_a_pair_and_names_an_edge_not_in_the_graph"],
+      "edge removal: the error names every edge of the batch, not the one missing"),
 ]
 
 def copy_repo(dst: Path) -> None:

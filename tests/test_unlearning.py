@@ -712,3 +712,14 @@ def test_a_feature_request_zeroes_the_features_and_keeps_the_edges():
     assert np.abs(party.prop.features([u])).max() < 1e-12
     processor(server, **{"certificate.enforce": False, "requests.type": "node"}).process({0: [u]})
     assert party.prop.neighbours(u).size == 0
+
+
+def test_edge_removal_takes_one_edge_as_a_pair_and_names_an_edge_not_in_the_graph():
+    adj, x, _ = random_graph(seed=8)
+    prop = GPRPropagator(adj, x, [0, 0, 1], 1e-3, dtype="float64")
+    u, v = prop.edges()[:, 0]
+    prop.remove_edges(np.array([u, v]))                   # one edge, as a flat pair
+    assert v not in prop.neighbours(u)
+    w = next(t for t in range(prop.n) if t != u and t not in prop.neighbours(u))
+    with pytest.raises(ValueError, match=rf"edge \({u}, {w}\) is not in the graph"):
+        prop.remove_edges(np.array([[prop.edges()[0, 0], u], [prop.edges()[1, 0], w]]))

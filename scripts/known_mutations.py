@@ -579,7 +579,25 @@ MUTATIONS = [
       "bad = np.flatnonzero((pos_uv < 0) | (pos_vu < 0))[0]", "bad = np.arange(u.size)",
       ["tests/test_unlearning.py::test_edge_removal_takes_one_edge_as_a_pair_and_names_an_edge_not_in_the_graph"],
       "edge removal: the error names every edge of the batch, not the one missing"),
+    M("factored_row_norm_of_the_block", "fgx/unlearning/certified.py",
+      "float(np.linalg.norm(new, axis=1).max())", "float(np.linalg.norm(new, axis=None).max())",
+      ["tests/test_unlearning_certificate.py::test_factored_row_norm_bound_is_the_largest_row_not_the_changed_block"],
+      "solver=factored: the row-norm bound taken over all changed rows at once"),
+    M("rounding_count_summed_in_float32", "fgx/unlearning/propagation.py",
+      "self.rounding += (k * self.unit) * np.abs(values).sum(0, dtype=np.float64)",
+      "self.rounding += (k * self.unit) * np.abs(values).sum(0)",
+      ["tests/test_unlearning.py::test_rounding_count_is_summed_in_float64_in_a_float32_state"],
+      "ScaleGUN: the rounding count summed in the state's dtype"),
+    M("certificate_messages_own_dtype", "fgx/unlearning/certified.py",
+      "np.ascontiguousarray(a, dtype=np.float64)", "np.ascontiguousarray(a, dtype=None)",
+      ["tests/test_unlearning_certificate.py::test_server_sums_clients_messages_in_float64_whatever_they_computed_in"],
+      "certificate messages sent (and summed) in the client's dtype"),
+    M("messages_to_a_third_party", "fgx/unlearning/certified.py",
+      'dst="server", round=self.round)', 'dst="SERVER", round=self.round)',
+      ["tests/test_unlearning_certificate.py::test_certificate_messages_go_between_the_clients_and_the_party_named_server"],
+      "certificate messages addressed to a party other than the server"),
 ]
+
 
 def copy_repo(dst: Path) -> None:
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=REPO, check=True,

@@ -723,3 +723,14 @@ def test_edge_removal_takes_one_edge_as_a_pair_and_names_an_edge_not_in_the_grap
     w = next(t for t in range(prop.n) if t != u and t not in prop.neighbours(u))
     with pytest.raises(ValueError, match=rf"edge \({u}, {w}\) is not in the graph"):
         prop.remove_edges(np.array([[prop.edges()[0, 0], u], [prop.edges()[1, 0], w]]))
+
+
+def test_rounding_count_is_summed_in_float64_in_a_float32_state():
+    """The state's rounding count bounds float32 rounding, so it must not be rounded in float32 itself:
+    a column of |values| summing to 2^24 + 1 is counted as that, not as float32's 2^24."""
+    adj, x, _ = random_graph(n=30, m=60, f=2)
+    prop = GPRPropagator(adj, x, [0, 0, 1], 1e-3, dtype="float32")
+    prop.rounding = np.zeros(2)                     # what the initial push counted is not under test
+    values = np.array([[2.0 ** 24, -1.0], [1.0, 2.0]], dtype=np.float32)
+    prop._account(3.0, values)
+    assert np.array_equal(prop.rounding, (3.0 * prop.unit) * np.array([2.0 ** 24 + 1, 3.0]))

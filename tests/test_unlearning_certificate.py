@@ -8,6 +8,7 @@ import json
 
 import numpy as np
 import pytest
+import torch
 
 from fgx.unlearning.certified import PartyState
 from fgx.unlearning.propagation import GPRPropagator, scaled_product, symmetric_adjacency
@@ -245,3 +246,57 @@ def test_factored_rebuilds_its_anchor_before_giving_up_a_step():
     proc = processor(server, budget=5e-4, **{"certificate.include_train_residual": False, "solver": "factored"})
     first = proc.process({0: server.parties[0].prop.sample_edges(1, np.random.default_rng(0))})
     assert first["anchor_builds"] == 1 and first["action"] != "newton"
+
+
+def test_factored_row_norm_bound_is_the_largest_row_not_the_changed_block():
+    """solver=factored: the drift term's bound on the training rows' norms is the largest single row any
+    request wrote (still a bound on every current row), not the norm of all changed rows together,
+    which would inflate the drift term and retrain for nothing."""
+    server = build_server([generated_party(n=1500, f=8, seed=7)], noise_std=0.0, r_max=1e-9, lam=1e-3)
+    proc = processor(server, **{"certificate.include_train_residual": False, "solver": "factored",
+                                "certificate.enforce": False})
+    party, rng = server.parties[0], np.random.default_rng(0)
+    seen = float(np.linalg.norm(party.local_data(server.C).z, axis=1).max())
+    multi_row = 0
+    for _ in range(4):
+        proc.process({0: party.prop.sample_edges(2, rng)})
+        new = party.change.new
+        if new.shape[0]:
+            seen = max(seen, float(np.linalg.norm(new, axis=1).max()))
+        multi_row += new.shape[0] > 1
+        current = float(np.linalg.norm(party.local_data(server.C).z, axis=1).max())
+        assert current <= party.row_norm_max * (1 + 1e-12)           # a bound on every row
+        assert party.row_norm_max <= seen * (1 + 1e-12)              # and no looser than the rows written
+    assert multi_row                                                  # requests that changed several rows
+
+
+def test_server_sums_clients_messages_in_float64_whatever_they_computed_in():
+    """Every certificate message is sent and summed in float64: a client computing in float32 (a float32
+    propagation state) cannot make the server's sum lose what float32 cannot hold (2^24 + 1)."""
+    from fgx.federation.channel import Channel
+    from fgx.unlearning.certified import MESSAGES, CertifiedServer
+    parties = [generated_party(n=40, seed=s) for s in (1, 2)]
+    for cid, p in enumerate(parties):
+        p.cid = cid
+    heard = []
+    server = CertifiedServer(parties, 3, 1e-2, 0.0, Channel(MESSAGES, auditor=lambda *a: heard.append(a)), seed=0)
+    parts = {0: np.array([2.0 ** 24], dtype=np.float32), 1: np.array([1.0], dtype=np.float32)}
+    got = server.gather("residue_sums", lambda p: {"sum": parts[p.cid]})
+    assert got["sum"].dtype == np.float64 and got["sum"][0] == 2.0 ** 24 + 1
+    assert all(payload["sum"].dtype == torch.float64 for _, payload, *_ in heard)
+
+
+def test_certificate_messages_go_between_the_clients_and_the_party_named_server():
+    """The channel's record names one server: what clients send is addressed to "server", the same
+    name that sends the broadcasts, so an audit of the conversation sees two sides, not three."""
+    from fgx.federation.channel import Channel
+    from fgx.unlearning.certified import MESSAGES, CertifiedServer
+    parties = [generated_party(n=40, seed=s) for s in (1, 2)]
+    for cid, p in enumerate(parties):
+        p.cid = cid
+    heard = []
+    server = CertifiedServer(parties, 3, 1e-2, 0.0, Channel(MESSAGES, auditor=lambda *a: heard.append(a)), seed=0)
+    server.preprocess("row_max")
+    server.broadcast("weights", np.zeros((8, 3)))
+    ends = {(src, dst) for _, _, src, dst, _ in heard}
+    assert ends == {(0, "server"), (1, "server"), ("server", 0), ("server", 1)}

@@ -70,10 +70,10 @@ focused = {
                       "divergence client_batching resume_every_algorithm inference formula_values refusals options "
                       "aml_scale paper_cuts",
     "fgx/unlearning": "unlearning unlearning_attacks unlearning_certificate fast_paths",
-    # how a table's ordering is decided, and its checks: the evidence tests (test_tables and test_repro's
-    # preset runs take ~9 min a mutant and mostly re-run what these reach)
-    "fgx/tables/stats.py": "table_evidence",
-    "fgx/tables/checks.py": "table_evidence",
+    # how a table's ordering is decided, and its checks: their unit tests (the table jobs of
+    # test_table_evidence, test_tables and test_repro reach the same code at minutes per mutant)
+    "fgx/tables/stats.py": "table_stats",
+    "fgx/tables/checks.py": "table_stats",
 }
 chosen = os.environ.get("MUTATION_TESTS", "").split()
 if not chosen and pkg in focused:

@@ -1,5 +1,6 @@
-"""What decides a table's status: orderings on paired seeds with three outcomes, the test split's own
-sampling error, each run's own provenance, staleness by code, and rows that cannot differ refused."""
+"""What decides a table's status, end to end: the test split's own sampling error, each run's own
+provenance, staleness by code, and rows that cannot differ refused. The paired-seed test of an
+ordering and the checks built on it are unit-tested in test_table_stats.py."""
 from __future__ import annotations
 
 import ast

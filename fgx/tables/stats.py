@@ -60,7 +60,7 @@ def paired_outcome(a: dict, b: dict, lower_is_better: bool = False, sampling_err
     if n < 2:
         return Paired("inconclusive", n, mean, float("-inf"), float("inf"), "one paired seed: no test")
     sd = math.sqrt(sum((x - mean) ** 2 for x in d) / (n - 1))
-    # the interval as scipy's ttest_rel(...).confidence_interval gives it (tests/test_table_evidence.py), written
+    # the interval as scipy's ttest_rel(...).confidence_interval gives it (tests/test_table_stats.py), written
     # out because ttest_rel returns nan when every seed's difference is the same
     if sd == 0.0:
         # identical differences on every seed: the interval is the point itself

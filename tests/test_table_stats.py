@@ -317,6 +317,15 @@ def test_a_table_from_runs_reads_main_and_says_how_orderings_are_decided():
     assert table_from_runs("t", {"by": ["method"], "metric": "accuracy"}, runs).notes == []
 
 
+def _effort(*args, **kwargs):
+    """effort_check, and every check it returns is the one named "equal effort"."""
+    from fgx.tables.checks import effort_check
+
+    c = effort_check(*args, **kwargs)
+    assert c is None or (c.what, c.paper) == ("equal effort", "every row given its values the same way")
+    return c
+
+
 def _effort_record(rows, configs=None, seeds=(0, 1)):
     configs = configs or {m: {"rounds": 10, "algorithm": {"lr": 0.01}} for m in rows}
     return {"runs": [{"overrides": {"method": m, "seed": str(s)}, "config_sha": m} for m in rows for s in seeds],
@@ -328,21 +337,21 @@ def test_equal_effort_by_the_authors_needs_a_source_for_every_row(tmp_path):
 
     conf, sweep = tmp_path / "conf", {"method": "a,b", "seed": "0,1"}
     rec = _effort_record(["a", "b"])
-    c = effort_check(conf, "t", rec, {"effort": "authors", "sources": {"a": "Table 3", "b": "their code"}}, {}, sweep)
+    c = _effort(conf, "t", rec, {"effort": "authors", "sources": {"a": "Table 3", "b": "their code"}}, {}, sweep)
     assert c.ok and c.fgx == "the authors' values for every row: a: Table 3; b: their code"
-    c = effort_check(conf, "t", rec, {"effort": "authors", "sources": {"a": "Table 3", "b": "fgx defaults"}}, {}, sweep)
+    c = _effort(conf, "t", rec, {"effort": "authors", "sources": {"a": "Table 3", "b": "fgx defaults"}}, {}, sweep)
     assert c.ok is False and c.fgx == "no authors' source for b (sources in the targets)"
-    c = effort_check(conf, "t", rec, {"effort": "authors", "sources": {"a": "Table 3", "b": " "}}, {}, sweep)
+    c = _effort(conf, "t", rec, {"effort": "authors", "sources": {"a": "Table 3", "b": " "}}, {}, sweep)
     assert c.ok is False and "for b " in c.fgx
-    c = effort_check(conf, "t", rec, {}, {}, sweep)                  # nothing declared: not equal effort
+    c = _effort(conf, "t", rec, {}, {}, sweep)                  # nothing declared: not equal effort
     assert c.ok is False and c.fgx == "effort (targets) is None, not one of ['tuned', 'shared', 'authors']"
-    assert effort_check(conf, "t", _effort_record(["a"]), {"effort": "authors"}, {}, sweep) is None   # one row
+    assert _effort(conf, "t", _effort_record(["a"]), {"effort": "authors"}, {}, sweep) is None   # one row
     # a row with a tuned file while the table declares the authors' values
     (conf / "tuned" / "t").mkdir(parents=True)
     (conf / "tuned" / "t" / "b.yaml").write_text("algorithm: {lr: 0.1}\n")
-    c = effort_check(conf, "t", rec, {"effort": "authors", "sources": {"a": "x", "b": "y"}}, {}, sweep)
+    c = _effort(conf, "t", rec, {"effort": "authors", "sources": {"a": "x", "b": "y"}}, {}, sweep)
     assert c.ok is False and c.fgx == "declared authors, but tuned files exist for b"
-    c = effort_check(conf, "t", rec, {"effort": "tuned"}, {}, sweep)  # tuned files, but no `fgx tune` record
+    c = _effort(conf, "t", rec, {"effort": "tuned"}, {}, sweep)  # tuned files, but no `fgx tune` record
     assert c.ok is False and c.fgx == "declared tuned; not tuned by `fgx tune t`: a, b"
 
 
@@ -350,17 +359,17 @@ def test_equal_effort_shared_needs_the_same_optimisation_values_in_every_row(tmp
     from fgx.tables.checks import effort_check
 
     conf, sweep, t = tmp_path / "conf", {"method": "a,b"}, {"effort": "shared"}
-    c = effort_check(conf, "t", _effort_record(["a", "b"]), t, {}, sweep)
+    c = _effort(conf, "t", _effort_record(["a", "b"]), t, {}, sweep)
     assert c.ok and c.fgx.startswith("one method's ablations on the same values")
     differ = {"a": {"rounds": 10, "algorithm": {"lr": 0.01}}, "b": {"rounds": 10, "algorithm": {"lr": 0.05}}}
-    c = effort_check(conf, "t", _effort_record(["a", "b"], differ), t, {}, sweep)
+    c = _effort(conf, "t", _effort_record(["a", "b"], differ), t, {}, sweep)
     assert c.ok is False and c.fgx == "declared shared, but rows differ in ['algorithm.lr']"
     one_missing = {"a": {"rounds": 10}}
-    c = effort_check(conf, "t", _effort_record(["a", "b"], one_missing), t, {}, sweep)
+    c = _effort(conf, "t", _effort_record(["a", "b"], one_missing), t, {}, sweep)
     assert c.ok is False and c.fgx == "declared shared; some rows' configs are missing from the record"
     # a value only one row sets is not a difference (the other row's config has no such key)
     partial = {"a": {"rounds": 10, "algorithm": {"lr": 0.01, "weight_decay": 5e-4}}, "b": {"rounds": 10, "algorithm": {"lr": 0.01}}}
-    assert effort_check(conf, "t", _effort_record(["a", "b"], partial), t, {}, sweep).ok
+    assert _effort(conf, "t", _effort_record(["a", "b"], partial), t, {}, sweep).ok
 
 
 def test_an_interval_that_touches_zero_does_not_exclude_it(monkeypatch):
@@ -395,7 +404,7 @@ def test_equal_effort_tuned_needs_equal_budgets_the_hinge_in_the_grid_and_the_tu
 
     def tuned(methods):
         (results / "t.tune.json").write_text(json.dumps({"methods": methods}))
-        return effort_check(conf, "t", record, t, {"hinge": ["algorithm.mu"]}, sweep)
+        return _effort(conf, "t", record, t, {"hinge": ["algorithm.mu"]}, sweep)
 
     three = [{}, {}, {}]
     c = tuned({"a": {"trials": three, "hinge": {}}, "b": {"trials": three, "hinge": {}, "at_edge": ["algorithm.lr"]}})
@@ -413,10 +422,13 @@ def test_equal_effort_tuned_needs_equal_budgets_the_hinge_in_the_grid_and_the_tu
     c = tuned({"a": {"trials": three, "hinge": {}}, "b": {"trials": three, "hinge": {}}})
     assert c.ok is False and c.fgx == ("runs without their row's tuned values: b seed 0 (algorithm.lr: 0.01 ≠ 0.05); "
                                        "b seed 1 (algorithm.lr: 0.01 ≠ 0.05)")
+    record["runs"] += [{"overrides": {"method": "b", "seed": str(sd)}, "config_sha": "b"} for sd in range(2, 6)]
+    c = tuned({"a": {"trials": three, "hinge": {}}, "b": {"trials": three, "hinge": {}}})
+    assert c.fgx.endswith("b seed 3 (algorithm.lr: 0.01 ≠ 0.05) (and 2 more)") and c.fgx.count("b seed") == 4
     # values tuned on another configuration of the data, while this one has files of its own
     (conf / "tuned" / "u").mkdir()
     (conf / "tuned" / "u" / "a.yaml").write_text("algorithm:\n  lr: 0.02\n")
-    c = effort_check(conf, "u", record, t, {}, sweep, tuned_from="t")
+    c = _effort(conf, "u", record, t, {}, sweep, tuned_from="t")
     assert c.ok is False and c.fgx == ("runs the values tuned for t, but conf/tuned/u/ also has files for a, "
                                        "which it does not read")
 
@@ -430,3 +442,110 @@ def test_the_rows_key_is_method_else_a_swept_algorithm():
     assert _select({"a": 1}, "b") is None
     t = _with_main({"metric": "best_{main}", "ordering": [{"metric": "{main}"}, {"key": "method"}]}, "f1")
     assert t["metric"] == "best_f1" and t["ordering"] == [{"metric": "f1"}, {"key": "method"}]
+
+
+def test_checks_carry_their_mark_and_paper_values_stay_beside_orderings():
+    from fgx.report.runs import Run
+    from fgx.report.table import build_report
+    from fgx.tables.checks import compare
+
+    def run(m, s, acc, f1):
+        return Run(Path(f"{m}{s}"), "completed", {"method": m, "seed": str(s)},
+                   {"final": {"accuracy": acc + 0.001 * s, "f1": f1 + 0.001 * s}, "seed": s, "main_metric": "accuracy"})
+
+    # x is ahead on accuracy but behind on f1: an ordering with its own metric is decided on that metric
+    runs = [run("x", s, 0.8, 0.5) for s in range(3)] + [run("y", s, 0.7, 0.6) for s in range(3)] + \
+        [run("v", 0, 0.75, 0.5)]
+    rep = build_report(runs, by=["method"], metrics=["accuracy", "f1"])
+    t = {"rows": [{"where": {"method": "w"}, "paper": 0.8, "tolerance": 0.1},            # missing, and not last
+                  {"where": {"method": "x"}, "paper": 0.9, "tolerance": 0.099},          # |0.801 - 0.9| = 0.099
+                  {"where": {"method": "y"}, "paper": 0.75, "tolerance": 0.04},           # 0.701: outside
+                  {"where": {"method": "v"}, "paper": "n/a"}],
+         "ordering": [{"key": "method", "order": ["x", "y"]}, {"key": "method", "order": ["x", "y"], "metric": "f1"}]}
+    checks = compare(rep, t, "accuracy")
+    assert [(c.what, c.ok, c.outcome) for c in checks] == [
+        ("accuracy of method=w", False, "fails"), ("accuracy of method=x (|Δ| ≤ 0.099)", True, "holds"),
+        ("accuracy of method=y (|Δ| ≤ 0.04)", False, "fails"), ("accuracy of method=v", None, "shown"),
+        ("accuracy: x ≥ y", True, "holds"), ("f1: x ≥ y", False, "fails")]
+    assert checks[0].paper == "0.8000" and checks[3].paper == "n/a" and checks[3].fgx == "0.7500"   # one seed: no ±
+    [w] = compare(rep, {"rows": [{"where": {"method": "w"}}]}, "accuracy")
+    assert (w.paper, w.fgx) == ("-", "no completed run")
+    # a gap exactly at the tolerance holds (0.75 and 0.25 are exact in binary)
+    exact = _report([_run("e", s, 0.75) for s in range(2)])
+    [e] = compare(exact, {"rows": [{"where": {"method": "e"}, "paper": 0.5, "tolerance": 0.25}]}, "accuracy")
+    assert e.ok is True
+    # an ordering check's mark follows its outcome; a missing row's check names the ordering
+    from fgx.tables.checks import ordering_checks
+    [c] = ordering_checks(rep, {"key": "method", "order": ["y", "x"]}, "accuracy")
+    assert (c.ok, c.outcome) == (False, "fails")
+    [c] = ordering_checks(rep, {"key": "method", "order": ["x", "v"]}, "accuracy")   # one paired seed
+    assert (c.ok, c.outcome) == (None, "inconclusive")
+    [c] = ordering_checks(rep, {"key": "method", "order": ["x", "w"], "lower_is_better": True,
+                                "where": {"method": "x"}}, "accuracy")
+    assert c.what == "ordering of accuracy by method where method=x" and c.paper == "x ≤ w" and c.ok is False
+
+
+def test_the_floor_is_met_at_equality_and_every_group_with_a_rate_is_checked():
+    from fgx.tables.checks import floor_checks
+
+    runs = [_run("a", s, 0.75, majority=0.70) for s in range(2)] + [_run("b", s, 0.9) for s in range(2)] + \
+        [_run("c", s, 0.60, majority=0.70) for s in range(2)]
+    checks = floor_checks(_report(runs), runs, "accuracy", 0.05)
+    assert [(c.what.split(":")[0], c.ok) for c in checks] == [("method=a", True), ("method=c", False)]
+    auc = [_run("x", s, 0.6, metric="roc_auc") for s in range(2)]
+    [c] = floor_checks(_report(auc, "roc_auc"), auc, "roc_auc", 0.1)
+    assert c.what == "method=x: roc_auc ≥ ROC-AUC 0.5 + 0.1" and c.ok
+
+
+def test_equal_rows_are_found_next_to_each_other_on_exactly_two_shared_seeds():
+    from fgx.tables.checks import equal_rows_notes
+
+    sweep = {"method": "a,b,c"}
+    runs = [_entry(m, s, 0.5 + 0.01 * s) for m in ("a", "b") for s in range(2)] + [_entry("c", 0, 0.9)]
+    notes = equal_rows_notes({"runs": runs}, sweep)
+    assert notes == ["method=a equals method=b in every number on all 2 shared seeds: its mechanism never acted "
+                     "in this protocol, so the row is b relabelled."]
+    # b also ran a seed a did not: only the shared seeds are compared
+    runs.append(_entry("b", 2, 0.1))
+    assert len(equal_rows_notes({"runs": runs}, sweep)) == 1
+    # the same final number but another best round: not equal in every number
+    other = _entry("b", 1, 0.51)
+    other["summary"]["best"]["round"] = 2
+    assert equal_rows_notes({"runs": runs[:3] + [other]}, sweep) == []
+    assert equal_rows_notes({"runs": runs}, {"seed": "0,1"}) == []
+
+
+def test_progress_notes_name_rows_over_the_threshold_and_runs_without_a_row():
+    from fgx.tables.checks import progress_notes
+
+    runs = [_entry("a", 0, 0.5, gain=0.005), _entry("b", 0, 0.5, gain=0.0051)]
+    notes = progress_notes({"runs": runs}, {"method": "a,b"})
+    assert notes == ["Validation gain in the last 10 % of rounds (mean over seeds): a +0.0050, b +0.0051.",
+                     "Still improving at the end (gain > 0.005): b; these rows are under-trained at this protocol."]
+    lone = {"overrides": {"seed": "0"}, "progress": {"gain_last_10pct": 0.0}}
+    assert progress_notes({"runs": [lone]}, {"seed": "0"}) == \
+        ["Validation gain in the last 10 % of rounds (mean over seeds): - +0.0000."]
+    assert progress_notes({}, {"method": "a"}) == []
+
+
+def test_a_table_from_runs_uses_its_own_metric_grouping_and_floor():
+    from fgx.tables.checks import table_from_runs
+
+    runs = [_run("x", s, 0.80 + 0.001 * s, majority=0.5) for s in range(3)] + \
+        [_run("y", s, 0.70 + 0.001 * s, majority=0.5) for s in range(3)]
+    for r in runs:
+        r.summary["final"]["f1"] = 0.3 if r.overrides["method"] == "x" else 0.4
+        r.overrides["hidden"] = "8" if r.overrides["method"] == "x" else "16"     # grouped by method alone
+    res = table_from_runs("t", {"by": ["method"], "metric": "f1", "floor": 0.1,
+                                "ordering": [{"key": "method", "order": ["y", "x"], "metric": "accuracy"}]}, runs)
+    assert res.name == "t" and res.targets["metric"] == "f1" and res.extra["metric"] == "f1"
+    assert [r["method"] for r in res.extra["table"]] == ["x", "y"] and "hidden" not in res.extra["table"][0]
+    assert "f1_mean" in res.extra["table"][0] and "accuracy_mean" in res.extra["table"][0]
+    assert [c.what for c in res.checks] == ["accuracy: y ≥ x"] and res.checks[0].outcome == "fails"
+    assert "| x" in res.table_markdown and res.problems == ""
+    acc = table_from_runs("t", {"by": ["method"], "metric": "accuracy", "floor": 0.1}, runs + [
+        _run("z", 0, 0.1, status="failed")])
+    assert [c.ok for c in acc.checks] == [True, True] and acc.checks[0].paper == "≥ 0.6000"
+    assert "1 run(s) not in the table" in acc.problems
+    none = table_from_runs("t", {"by": ["method"]}, [_run("z", 0, 0.1, status="failed")])
+    assert none.checks == [] and none.extra["metric"] is None

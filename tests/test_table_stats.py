@@ -549,3 +549,105 @@ def test_a_table_from_runs_uses_its_own_metric_grouping_and_floor():
     assert "1 run(s) not in the table" in acc.problems
     none = table_from_runs("t", {"by": ["method"]}, [_run("z", 0, 0.1, status="failed")])
     assert none.checks == [] and none.extra["metric"] is None
+
+
+def test_checks_on_records_without_runs_and_lists_of_several_names(tmp_path, monkeypatch):
+    from fgx.tables.checks import equal_rows_notes, floor_checks
+
+    monkeypatch.delenv("FGX_RESULTS_DIR", raising=False)           # the results beside conf/
+    conf = tmp_path / "conf"
+    assert _effort(conf, "t", {}, {"effort": "shared"}, {}, {"method": "a,b"}) is None
+    assert equal_rows_notes({}, {"method": "a,b"}) == []
+    bare = {"runs": [{"config_sha": "a"}, *_effort_record(["a", "b"])["runs"]], "configs": _effort_record(["a", "b"])["configs"]}
+    assert _effort(conf, "t", bare, {"effort": "shared"}, {}, {"method": "a,b"}).ok
+    # several names are listed with ", "
+    (conf / "tuned" / "t").mkdir(parents=True)
+    for m in ("a", "b"):
+        (conf / "tuned" / "t" / f"{m}.yaml").write_text("algorithm:\n  lr: 0.01\n")
+    rec, sweep = _effort_record(["a", "b"]), {"method": "a,b"}
+    c = _effort(conf, "t", rec, {"effort": "authors", "sources": {"a": "x", "b": "y"}}, {}, sweep)
+    assert c.fgx == "declared authors, but tuned files exist for a, b"
+    c = _effort(conf, "t", rec, {}, {}, sweep)
+    assert c.fgx == "effort (targets) is None, not one of ['tuned', 'shared', 'authors']; tuned: a, b"
+    (tmp_path / "results").mkdir()
+    (tmp_path / "results" / "t.tune.json").write_text(json.dumps({"methods": {m: {"trials": [{}], "hinge": {},
+                                                                                  "at_edge": ["lr", "mu"]} for m in "ab"}}))
+    c = _effort(conf, "t", rec, {"effort": "tuned"}, {}, sweep)
+    assert c.ok and c.fgx == ("every row tuned by `fgx tune t` (1 trials each); chosen at a grid edge: "
+                              "a lr, a mu, b lr, b mu")
+    (tmp_path / "results" / "t.tune.json").write_text(json.dumps({"methods": {m: {"trials": [{}]} for m in "ab"}}))
+    assert _effort(conf, "t", rec, {"effort": "tuned"}, {}, sweep).fgx == "every row tuned by `fgx tune t` (1 trials each)"
+    (tmp_path / "results" / "t.tune.json").write_text("{}")
+    assert _effort(conf, "t", rec, {"effort": "tuned"}, {}, sweep).fgx == "declared tuned; not tuned by `fgx tune t`: a, b"
+    # values tuned on another configuration of the same data: said so
+    c = _effort(conf, "u", rec, {"effort": "tuned"}, {}, sweep, tuned_from="t")
+    assert c.ok is False and "fgx tune t" in c.fgx
+    (tmp_path / "results" / "t.tune.json").write_text(json.dumps({"methods": {m: {"trials": [{}]} for m in "ab"}}))
+    c = _effort(conf, "u", rec, {"effort": "tuned"}, {}, sweep, tuned_from="t")
+    assert c.ok and c.fgx == ("every row tuned by `fgx tune t` (1 trials each, on validation of t, applied to this "
+                              "configuration alike)")
+    (conf / "tuned" / "u").mkdir()
+    for m in ("a", "b"):
+        (conf / "tuned" / "u" / f"{m}.yaml").write_text("algorithm:\n  lr: 0.02\n")
+    assert _effort(conf, "u", rec, {"effort": "tuned"}, {}, sweep, tuned_from="t").fgx.startswith(
+        "runs the values tuned for t, but conf/tuned/u/ also has files for a, b,")
+    c = _effort(conf, "s", rec, {"effort": "shared"}, {}, sweep)
+    assert c.fgx == ("one method's ablations on the same values (rounds, algorithm.lr, algorithm.weight_decay, "
+                     "algorithm.optimizer, algorithm.local_steps, algorithm.local_epochs, algorithm.batch_size, model)")
+    c = _effort(conf, "s", rec, {"effort": "authors", "sources": {"a": "", "b": "default values"}}, {}, sweep)
+    assert c.fgx == "no authors' source for a, b (sources in the targets)"
+    # two grouping keys: the floor names both
+    from fgx.report.runs import Run
+    from fgx.report.table import build_report
+    runs = [Run(Path(f"{m}{h}{s}"), "completed", {"method": m, "hidden": h, "seed": str(s)},
+                {"final": {"roc_auc": 0.9 - 0.1 * (m == "y") + 0.001 * s}, "seed": s, "main_metric": "roc_auc"})
+            for m in ("x", "y") for h in ("8", "16") for s in range(3)]
+    rep = build_report(runs, by=["method", "hidden"], metrics=["roc_auc"])
+    assert floor_checks(rep, runs, "roc_auc", 0.1)[0].what == "method=x, hidden=8: roc_auc ≥ ROC-AUC 0.5 + 0.1"
+
+
+def test_a_target_value_matches_a_run_written_another_way_and_two_seeds_show_a_spread():
+    from fgx.report.runs import Run
+    from fgx.report.table import build_report
+    from fgx.tables.checks import compare
+
+    runs = [Run(Path(f"r{s}"), "completed", {"lr": "1e-4", "seed": str(s)},
+                {"final": {"accuracy": 0.5 + 0.1 * s}, "seed": s, "main_metric": "accuracy"}) for s in range(2)]
+    rep = build_report(runs, by=["lr"], metrics=["accuracy"])
+    [c] = compare(rep, {"rows": [{"where": {"lr": 0.0001, "seed": 1}, "paper": 0.55, "tolerance": 0.01}]}, "accuracy")
+    assert c.what.startswith("accuracy of lr=0.0001, seed=1")
+    [c] = compare(rep, {"rows": [{"where": {"lr": 0.0001}, "paper": 0.55, "tolerance": 0.01}]}, "accuracy")
+    assert c.ok and c.fgx == "0.5500 ± 0.0707"                      # two seeds: the spread is shown
+
+
+def test_equal_rows_compare_final_best_and_best_client_whatever_their_key_order():
+    from fgx.tables.checks import equal_rows_notes
+
+    sweep = {"method": "a,b"}
+
+    def runs(**b_changes):
+        out = [_entry(m, s, 0.5) for m in ("a", "b") for s in range(2)]
+        for e in out:
+            e["summary"]["best_client"] = {"accuracy": 0.6}
+        for e in out[2:]:
+            for k, v in b_changes.items():
+                e["summary"][k] = v
+        return out
+
+    assert len(equal_rows_notes({"runs": runs()}, sweep)) == 1
+    assert equal_rows_notes({"runs": runs(final={"accuracy": 0.4})}, sweep) == []
+    assert equal_rows_notes({"runs": runs(best_client={"accuracy": 0.7})}, sweep) == []
+    # the same numbers written in another key order are the same numbers
+    reordered = runs(best={"test": {"accuracy": 0.5}, "val": 0.5, "round": 3})
+    assert len(equal_rows_notes({"runs": reordered}, sweep)) == 1
+
+
+def test_a_table_without_a_metric_takes_the_first_and_orderings_without_one_take_the_tables():
+    from fgx.tables.checks import table_from_runs
+
+    runs = [_run("x", s, 0.80 + 0.001 * s) for s in range(3)] + [_run("y", s, 0.70 + 0.001 * s) for s in range(3)]
+    res = table_from_runs("t", {"by": ["method"], "ordering": [{"key": "method", "order": ["x", "y"]}]}, runs)
+    assert res.extra["metric"] == "accuracy" and [c.what for c in res.checks] == ["accuracy: x ≥ y"]
+    res = table_from_runs("t", {"by": ["method"], "metric": "accuracy",
+                                "rows": [{"where": {"method": "w"}, "paper": 0.5}]}, [_run("z", 0, 0.1, status="failed")])
+    assert res.checks == []

@@ -422,8 +422,14 @@ def test_equal_effort_tuned_needs_equal_budgets_the_hinge_in_the_grid_and_the_tu
     c = tuned({"a": {"trials": three, "hinge": {}}, "b": {"trials": three, "hinge": {}}})
     assert c.ok is False and c.fgx == ("runs without their row's tuned values: b seed 0 (algorithm.lr: 0.01 ≠ 0.05); "
                                        "b seed 1 (algorithm.lr: 0.01 ≠ 0.05)")
-    record["runs"] += [{"overrides": {"method": "b", "seed": str(sd)}, "config_sha": "b"} for sd in range(2, 6)]
-    c = tuned({"a": {"trials": three, "hinge": {}}, "b": {"trials": three, "hinge": {}}})
+    both = {"a": {"trials": three, "hinge": {}}, "b": {"trials": three, "hinge": {}}}
+    record["runs"] += [{"overrides": {"method": "b", "seed": str(sd)}, "config_sha": "b"} for sd in range(2, 4)]
+    c = tuned(both)                                                  # four: all listed
+    assert c.fgx.endswith("b seed 3 (algorithm.lr: 0.01 ≠ 0.05)") and c.fgx.count("b seed") == 4
+    record["runs"].append({"overrides": {"method": "b", "seed": "4"}, "config_sha": "b"})
+    assert tuned(both).fgx.endswith("b seed 3 (algorithm.lr: 0.01 ≠ 0.05) (and 1 more)")
+    record["runs"].append({"overrides": {"method": "b", "seed": "5"}, "config_sha": "b"})
+    c = tuned(both)
     assert c.fgx.endswith("b seed 3 (algorithm.lr: 0.01 ≠ 0.05) (and 2 more)") and c.fgx.count("b seed") == 4
     # values tuned on another configuration of the data, while this one has files of its own
     (conf / "tuned" / "u").mkdir()
@@ -526,6 +532,8 @@ def test_progress_notes_name_rows_over_the_threshold_and_runs_without_a_row():
     assert progress_notes({"runs": [lone]}, {"seed": "0"}) == \
         ["Validation gain in the last 10 % of rounds (mean over seeds): - +0.0000."]
     assert progress_notes({}, {"method": "a"}) == []
+    two = progress_notes({"runs": runs + [_entry("c", 0, 0.5, gain=0.01)]}, {"method": "a,b,c"})
+    assert two[1].startswith("Still improving at the end (gain > 0.005): b, c;")
 
 
 def test_a_table_from_runs_uses_its_own_metric_grouping_and_floor():

@@ -123,11 +123,10 @@ class Evaluator:
         ``complete`` False: the intermediate evaluation, on a fixed subset of items when
         ``eval.subset`` is set; ``sampling_error``: also the bootstrap standard error of the mean over
         clients on each split (``sampling_se``; the final evaluation, for the table checks)."""
-        custom = getattr(algo, "client_metrics", None)
         out: dict[str, dict] = {}
-        if callable(custom):
+        per = [algo.client_metrics(c) for c in self.ctx.clients]
+        if per and per[0] is not None:
             # ranking/regression tasks: the algorithm computes its own per-client metrics
-            per = [custom(c) for c in self.ctx.clients]
             for split in per[0]:
                 pc = [p[split] for p in per]
                 out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": None}
@@ -470,7 +469,7 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     comm = channel.report()
     rd.write_json("comm.json", comm)
     # an algorithm with its own local DP (FedPerGNN) accounts for it itself: privacy.json carries both
-    algo_dp = algo.privacy_report() if hasattr(algo, "privacy_report") else None
+    algo_dp = algo.privacy_report()
     rd.write_json("privacy.json", {**privacy.report(), **({"algorithm_ldp": algo_dp} if algo_dp else {}),
                                    "messages": job.cover.as_dict(info.features_public),
                                    **({"audit": job.canaries.report()} if job.canaries is not None else {})})

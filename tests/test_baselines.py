@@ -42,7 +42,7 @@ def test_fedprox_mu_zero_is_fedavg(run_fgx, tiny_cfg):
 
 
 def test_fedprox_term_pulls_towards_global():
-    from fgx.algorithms.base import ClientState
+    from fgx.federation.client import ClientState
     from fgx.algorithms.fedprox import proximal_term
 
     model = torch.nn.Linear(3, 2)

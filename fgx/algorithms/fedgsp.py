@@ -15,10 +15,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer,
-                                 mean_loss, round_seed, steps_per_round, train_steps, weight_spread)
+from fgx.algorithms.base import Algorithm, flat_params, mean_loss, weight_spread
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import (ClientState, LocalTrainParams, make_optimizer, round_seed, steps_per_round,
+                                    local_training)
 from fgx.registry import ALGORITHMS
 
 COMB = "comb_weight"
@@ -214,13 +215,18 @@ def client_descriptors(state: ClientState, k: int) -> dict[str, torch.Tensor]:
             "hhat": torch.tensor(bases["hhat"])}
 
 
-def client_round(state: ClientState, p: FedGSPParams, seed: int):
+@dataclass
+class FedGSPClient(ClientState):
+    personalised: dict | None = None      # the personalised model the server sent this round (none in round 1)
+
+
+def client_round(state: FedGSPClient, p: FedGSPParams, seed: int):
     """Load the personalised model the server sent (none in round 1), train, return the weights."""
-    personalised = state.extra.pop("personalised", None)
+    personalised, state.personalised = state.personalised, None
     if personalised is not None:
         state.model.load_state_dict(personalised)
     g = torch.Generator().manual_seed(seed + state.cid)
-    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g)
+    loss = local_training(state, steps_per_round(state, p), p.batch_size, g).loss
     return flat_params(state.model), loss
 
 
@@ -264,8 +270,8 @@ class FedGSP(Algorithm):
         self.states = []
         for c in ctx.clients:
             model = ctx.build_model()
-            self.states.append(ClientState(c.cid, self.views[c.cid], model, make_optimizer(model, self.params),
-                                           ctx.info.task))
+            self.states.append(FedGSPClient(c.cid, self.views[c.cid], model, make_optimizer(model, self.params),
+                                            ctx.info.task))
         m, order = len(self.states), self.states[0].model.p.K
         if self.params.graph == "uniform":     # the ablation: no descriptors, every client gets the plain mean
             self.descriptors = None
@@ -291,7 +297,7 @@ class FedGSP(Algorithm):
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
         for s, x in zip(self.states, self.pending or [None] * len(self.states)):
-            s.extra["personalised"] = None if x is None else \
+            s.personalised = None if x is None else \
                 ch.send("personalised_model", x, src="server", dst=s.cid, round=r)
         results = self.ctx.executor.map(client_round, self.states, p, round_seed(self.ctx.seed, r))
         uploads = [ch.send("model", wts, src=s.cid, dst="server", round=r) for s, (wts, _) in zip(self.states, results)]

@@ -46,7 +46,6 @@ class GraphClient:
         self.item_group = popularity_groups(inter.train[1], inter.num_items)
         self.known = torch.zeros(inter.num_users, inter.num_items, dtype=torch.bool)
         self.known[inter.train[0], inter.train[1]] = True
-        self.extra: dict = {}             # algorithm-specific local state
 
 
 def require_graph_model(validated, algorithm: str) -> None:

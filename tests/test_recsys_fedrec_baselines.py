@@ -227,9 +227,9 @@ def test_fedssp_consensus_term_pulls_to_the_global_mean():
     import fgx.algorithms.fedssp as fs
     captured = {}
 
-    def fake_epochs(state, epochs, batch, negs, tau, seed, extra_loss=None):
+    def fake_epochs(state, epochs, batch, negs, tau, seed, regulariser=None):
         state.model.rep_mean = torch.tensor([1.0, 3.0], requires_grad=True)
-        captured["loss"] = extra_loss(state, None, None)
+        captured["loss"] = regulariser(state, None, None)
         return 0.0
     real = fs.bpr_graph_epochs
     fs.bpr_graph_epochs = fake_epochs

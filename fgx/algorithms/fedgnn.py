@@ -32,7 +32,6 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from fgx.algorithms.base import flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams

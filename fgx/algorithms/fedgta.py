@@ -34,7 +34,7 @@ from fgx.algorithms.base import (Algorithm, UploadedLocalModels, client_models_s
                                   load_client_models, mean_loss, personalised_average, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
-from fgx.federation.client import LocalTrainParams, make_client_state, round_seed, steps_per_round, Objective
+from fgx.federation.client import LocalTrainParams, Objective, make_client_state, round_seed
 from fgx.models.gamlp import cached_on_view, normalized_adjacency
 from fgx.registry import ALGORITHMS
 

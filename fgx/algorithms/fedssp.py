@@ -123,7 +123,7 @@ def fedssp_train(state: SSPClient, p: FedSSPParams, seed: int) -> float:
         return p.tau_weight * (0.5 * (run - glob) ** 2).mean()
 
     return bpr_graph_epochs(state, p.local_epochs, p.batch_size, p.num_negatives, p.bpr_tau, seed,
-                            extra_loss=consensus_term)
+                            regulariser=consensus_term)
 
 
 def shared_encoder(model: SpectralLGCN) -> dict[str, torch.Tensor]:

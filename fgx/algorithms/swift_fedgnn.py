@@ -61,7 +61,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
 from fgx.algorithms.base import flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
@@ -70,7 +69,6 @@ from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.federation.client import ClientUpdate, LocalLoss, Objective, local_training, round_seed, state_delta
 from fgx.registry import ALGORITHMS
-from fgx.tasks import targets
 
 RAW_REASON = ("Swift-FedGNN with remote_layer0=aggregate: sums of remote neighbours' raw features; a sum over "
               "one neighbour equals that neighbour's feature row (only for datasets declaring public features)")

@@ -72,8 +72,16 @@ def make_optimizer(model: nn.Module, p: LocalTrainParams) -> torch.optim.Optimiz
 
 
 def make_client_state(ctx, client, view, model: nn.Module, kind: type[ClientState] = ClientState) -> ClientState:
-    """Client ``client``'s state over ``view`` with ``model`` and the algorithm's optimiser and class
-    weights; ``kind``: a method's subclass of ClientState (its fields keep their defaults)."""
+    """Client ``client``'s state with the algorithm's optimiser and cross-entropy class weights.
+
+    Args:
+        ctx: the run's Context (``ctx.params``: the algorithm's LocalTrainParams).
+        client: its ClientData (``cid``).
+        view: its graph (PyG Data: ``x`` [n, F], ``edge_index`` [2, E], labels and split masks).
+        model: its model.
+        kind: a method's subclass of ClientState (its own fields keep their defaults).
+    Returns:
+        the state, with ``loss_weight`` [C] or None."""
     p = ctx.params
     task = ctx.info.task
     weight = None
@@ -93,7 +101,8 @@ def num_train_items(state: ClientState) -> int:
 
 
 def steps_per_round(state: ClientState, p: LocalTrainParams) -> int:
-    """K = ``local_steps``, or with ``local_epochs`` E: E passes over the training items in batches."""
+    """K = ``local_steps``, or with ``local_epochs`` E: E · ⌈n / batch_size⌉ (E with full batches), n the
+    client's training items."""
     if p.local_epochs is None:
         return p.local_steps
     n = num_train_items(state)
@@ -224,10 +233,25 @@ def sampled_forward(state: ClientState, seeds: torch.Tensor, fanouts: list[int],
 
 def local_training(state: ClientState, steps: int, batch_size: int | None, generator: torch.Generator,
                    objective: Objective = NO_OBJECTIVE, fanouts: list[int] | None = None) -> LocalLoss:
-    """The one local-training loop: ``steps`` optimiser steps on the class-weighted cross-entropy over the
-    client's training items plus ``objective``'s term. Each step takes a random batch of ``batch_size``
-    training items (drawn from ``generator``; all of them when null or at least as many); with
-    ``fanouts`` and a batch, the step runs on the sampled subgraph of its batch."""
+    r"""The one local-training loop: ``steps`` optimiser steps on
+
+    .. math::
+        \mathcal{L} = \mathrm{CE}_w(f(\mathcal{G})_B, y_B) + \mathrm{term}(B)
+
+    the class-weighted cross-entropy over a batch B of the client's training items plus the objective's
+    term, with the objective's ``before_step`` between backward and the optimiser step.
+
+    Args:
+        state: the client (its model is trained in place, its optimiser steps).
+        steps: optimiser steps.
+        batch_size: training items per step, a random batch drawn from ``generator`` ([b] indices); None
+            or at least n: all n of them, in order.
+        generator: the client's batch (and neighbour-sampling) generator.
+        objective: the method's part (fgx.federation.client.Objective); the default adds nothing.
+        fanouts: with a batch: each step on the sampled L-hop subgraph of its batch (neighbours per hop).
+    Returns:
+        LocalLoss: the means over steps of the loss, the cross-entropy and the term (NaN without
+        training items: then nothing is trained)."""
     from fgx.progress import tick
 
     state.model.train()
@@ -270,9 +294,19 @@ def local_training(state: ClientState, steps: int, batch_size: int | None, gener
 
 def local_update(state: ClientState, weights: dict[str, torch.Tensor] | None, p: LocalTrainParams,
                  round_seed: int, objective: Objective = NO_OBJECTIVE) -> ClientUpdate:
-    """A client's round: start from ``weights`` (what the server sent; a method sharing part of the model
-    sends that part; None: the client keeps its own model), train under ``objective`` and return the
-    update. The batch generator is seeded ``round_seed + cid``."""
+    """A client's round: the objective's ``start``, the start weights loaded, ``steps_per_round`` steps of
+    ``local_training``, the update, the objective's ``finish``.
+
+    Args:
+        state: the client.
+        weights: name -> tensor, what the server sent (a method sharing part of the model sends that
+            part; the rest of the model stays the client's); None: the client keeps its own model.
+        p: the algorithm's LocalTrainParams (steps, batch size, fanouts).
+        round_seed: the round's seed; the batch generator is seeded ``round_seed + cid``.
+        objective: the round's objective (built by the server; ``start`` binds it to this client).
+    Returns:
+        ClientUpdate(delta: name -> (new - start) over ``weights``' names, or None; loss: LocalLoss;
+        sent: what the objective's ``finish`` returned)."""
     own = objective.start(state, weights)
     if weights is not None:
         state.model.load_state_dict(weights, strict=False)

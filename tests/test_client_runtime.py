@@ -14,11 +14,10 @@ import pytest
 import torch
 
 from fgx.config import ConfigError
+from test_client_batching import BASE, build, step
 
 FGX = Path(__file__).resolve().parents[1] / "fgx"
 ARCHITECTURE = FGX.parent / "docs" / "ARCHITECTURE.md"
-BASE = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=12", "partitioner=metis",
-        "partitioner.num_clients=4", "model.hidden=8", "output.progress=off", "output.checkpoint=false"]
 
 
 def sources(*parts: str) -> dict[Path, str]:
@@ -144,22 +143,6 @@ def test_fedprox_is_fedavg_plus_its_objective():
 
 
 # -- executor=batched asks the objective --------------------------------------------------------------
-
-def build(tmp_path, *overrides: str):
-    from fgx import trainer
-    from fgx.cli import compose
-    from fgx.config import validate
-    from fgx.outputs import RunDir
-
-    out = tmp_path / f"job{len(list(tmp_path.iterdir()))}"
-    out.mkdir()
-    return trainer._build(validate(compose([*BASE, *overrides])), RunDir(out))
-
-
-def step(job, r: int) -> dict:
-    job.executor.start_round(job.v.top.seed, r)
-    return job.algo.round(r)
-
 
 def test_batched_fedprox_trains_with_the_objectives_batched_form(tmp_path, monkeypatch):
     """executor=batched computes FedProx's term from Proximal.batched_term (no copy of it in fgx/federation):

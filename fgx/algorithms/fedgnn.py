@@ -37,7 +37,7 @@ from fgx.algorithms.base import flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
-from fgx.federation.client import ClientState, Objective, round_seed
+from fgx.federation.client import ClientState, SeededDropout, round_seed
 from fgx.models.base import LayerwiseModel
 from fgx.registry import ALGORITHMS
 
@@ -143,15 +143,10 @@ class FedGNNClient(ClientState):
 
 
 @dataclass
-class Expanded(Objective):
+class Expanded(SeededDropout):
     """FedAvg's local steps on the expanded subgraph (``expanded_forward``), dropout seeded by round and client."""
-    share_layer: int
-    round_seed: int
+    share_layer: int = 0
     unbatched = "its forward runs each client's expanded subgraph"
-
-    def start(self, state, weights):
-        torch.manual_seed(self.round_seed + state.cid)       # dropout
-        return self
 
     def forward(self, state):
         return None, expanded_forward(state.model, state.view, state.expansion, self.share_layer)
@@ -206,7 +201,7 @@ class FedGNN(FedAvg):
         return {"virtual_nodes": float(sum(added))}
 
     def client_objective(self, chosen, weights, r):
-        return Expanded(self.params.share_layer, round_seed(self.ctx.seed, r))
+        return Expanded(round_seed(self.ctx.seed, r), self.params.share_layer)
 
     def round(self, r: int) -> dict[str, float]:
         """FedAvg's round, after a fresh expansion when one is due (the paper's steps 1 and 2 come first)."""

@@ -34,7 +34,7 @@ from fgx.algorithms.base import (Algorithm, UploadedLocalModels, client_models_s
                                   load_client_models, mean_loss, personalised_average, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
-from fgx.federation.client import LocalTrainParams, Objective, make_client_state, round_seed
+from fgx.federation.client import LocalTrainParams, SeededDropout, make_client_state, round_seed
 from fgx.models.gamlp import cached_on_view, normalized_adjacency
 from fgx.registry import ALGORITHMS
 
@@ -94,16 +94,10 @@ def topology_descriptor(state, p: FedGTAParams) -> tuple[torch.Tensor, torch.Ten
 
 
 @dataclass
-class Described(Objective):
+class Described(SeededDropout):
     """FedGTA's client, from the personalised weights it holds: its dropout seeded by round and client, and
     after training what goes up: (weights, moments [d], smoothing confidence [1])."""
-    p: FedGTAParams
-    round_seed: int
-    unbatched = "its dropout draws from torch's generator seeded by round and client, not the batched dropout's"
-
-    def start(self, state, weights):
-        torch.manual_seed(self.round_seed + state.cid)      # dropout
-        return self
+    p: FedGTAParams = None
 
     def finish(self, state, delta):
         m, w = topology_descriptor(state, self.p)
@@ -143,7 +137,7 @@ class FedGTA(UploadedLocalModels, Algorithm):
         self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(init)) for c in self.ctx.clients]
 
     def client_objective(self, chosen, weights, r):
-        return Described(self.params, round_seed(self.ctx.seed, r))
+        return Described(round_seed(self.ctx.seed, r), self.params)
 
     def aggregate(self, chosen, updates, r):
         """The clients' weights and descriptors up the channel; W from the descriptors."""

@@ -22,7 +22,7 @@ from fgx.algorithms.base import (Algorithm, check_client_size, copy_model, flat_
                                   personalised_average, similarity_weights, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
-from fgx.federation.client import ClientState, LocalTrainParams, Objective, make_client_state, num_train_items, round_seed
+from fgx.federation.client import ClientState, LocalTrainParams, SeededDropout, make_client_state, num_train_items, round_seed
 from fgx.registry import ALGORITHMS
 
 
@@ -69,14 +69,13 @@ def masked(state) -> dict[str, torch.Tensor]:
 
 
 @dataclass
-class MaskedProximal(Objective):
+class MaskedProximal(SeededDropout):
     """FED-PUB's client, from the personalised weights the server sent (``state.incoming``): full-batch
     steps of the masked model (``forward``) with L1 on the masks and the proximal term to the received
     weights (``term``); dropout seeded by round and client. ``finish``: the weights and the functional
     embedding (the mean output on the proxy graph), which go up."""
-    p: FedPubParams
-    proxy: Any                               # the server's proxy graph (PyG Data)
-    round_seed: int
+    p: FedPubParams = None
+    proxy: Any = None                        # the server's proxy graph (PyG Data)
     anchor: dict | None = None               # the received weights, name -> tensor
     unbatched = "its forward runs each client's masked weights through its own masks"
 
@@ -84,8 +83,8 @@ class MaskedProximal(Objective):
         incoming, state.incoming = state.incoming, None
         state.model.load_state_dict(incoming)
         anchor = {k: v.detach().clone() for k, v in state.model.named_parameters()}
-        torch.manual_seed(self.round_seed + state.cid)      # dropout
-        return MaskedProximal(self.p, self.proxy, self.round_seed, anchor)
+        super().start(state, weights)           # dropout: seeded by round and client
+        return MaskedProximal(self.round_seed, self.p, self.proxy, anchor)
 
     def forward(self, state):
         from torch.func import functional_call
@@ -154,7 +153,7 @@ class FedPub(Algorithm):
         """Each client's personalised weights down to it (they start its local steps)."""
         for s, w in zip(self.states, self.personal):
             s.incoming = self.ctx.channel.send("personalised_weights", w, src="server", dst=s.cid, round=r)
-        return MaskedProximal(self.params, self.proxy, round_seed(self.ctx.seed, r))
+        return MaskedProximal(round_seed(self.ctx.seed, r), self.params, self.proxy)
 
     def aggregate(self, chosen, updates, r):
         """The clients' weights and functional embeddings up; W from the embeddings' similarities."""

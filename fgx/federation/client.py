@@ -194,6 +194,19 @@ NO_OBJECTIVE = Objective()
 
 
 @dataclass
+class SeededDropout(Objective):
+    """An objective whose clients draw dropout from torch's global generator seeded ``round_seed + cid``
+    at the start of their round (methods that did so before every executor seeded each client's work;
+    their numbers are recorded that way)."""
+    round_seed: int
+    unbatched = "its dropout draws from torch's generator seeded by round and client, not the batched dropout's"
+
+    def start(self, state: ClientState, weights: dict[str, torch.Tensor] | None) -> "Objective":
+        torch.manual_seed(self.round_seed + state.cid)
+        return self
+
+
+@dataclass
 class LocalLoss:
     """Means over a client's local steps (NaN for a client without training items)."""
     loss: float        # cross-entropy + the objective's term

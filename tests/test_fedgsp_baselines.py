@@ -578,9 +578,10 @@ def test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches(run_fgx
     """With local_epochs, a FedGNN client takes ceil(n_train / batch_size) steps per epoch over its own
     training nodes (seed-5 mutation sample: one step per epoch, and no step at all, both survived)."""
     import fgx.algorithms.fedgnn as fedgnn
+    import fgx.federation.client as runtime
 
     calls = []                                   # one [training nodes, training forwards] per client call
-    real_targets, real_forward = fedgnn.targets, fedgnn.expanded_forward
+    real_targets, real_forward = runtime.targets, fedgnn.expanded_forward
 
     def targets(view, task, split):
         mask, y = real_targets(view, task, split)
@@ -592,7 +593,7 @@ def test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches(run_fgx
         if model.training:                       # evaluation's forwards are not steps
             calls[-1][1] += 1
         return real_forward(model, *a, **kw)
-    monkeypatch.setattr(fedgnn, "targets", targets)
+    monkeypatch.setattr(runtime, "targets", targets)         # the client runtime's loop reads the training items
     monkeypatch.setattr(fedgnn, "expanded_forward", forward)
     run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.local_epochs=2", "algorithm.batch_size=8", "rounds=1",
             "eval_every=1")

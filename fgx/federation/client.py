@@ -137,7 +137,7 @@ class Step:
         items: [b] indices into ``logits`` of the step's training items (None on a sampled step, whose
             ``logits`` are the seeds').
         y: [b] the labels of those items.
-        rep: [n, d] the representation under the classifier (``Objective.representation`` only), else None."""
+        rep: [n, d] the representation under the classifier, where the objective's ``forward`` gives one; else None."""
     logits: torch.Tensor
     items: torch.Tensor | None
     y: torch.Tensor
@@ -152,8 +152,6 @@ class Objective:
     every forward pass and ``before_step`` between backward and the optimiser step, and ``finish`` after
     the last step. An objective is pickled to remote clients: keep it plain data."""
 
-    #: the term reads ``Step.rep``, the representation under the classifier: the loop runs ``forward``
-    representation: bool = False
     #: None where ``batched_term`` is this objective over a batch of clients (executor=batched then trains
     #: them at once); otherwise why it has no batched form (executor=batched runs its clients one by one)
     unbatched: str | None = None
@@ -164,7 +162,9 @@ class Objective:
         return self
 
     def forward(self, state: ClientState) -> tuple[torch.Tensor | None, torch.Tensor]:
-        """(representation or None, logits [n, C]) of every item of the client's view, training mode."""
+        """(representation [n, d] or None, logits [n, C]) of every item of the client's view, training mode
+        (a whole-view step; a sampled step runs the model on its subgraph). A term that reads the
+        representation under the classifier returns it here (fgx/algorithms/representation.py)."""
         return None, state.model(state.view)
 
     def term(self, state: ClientState, step: Step) -> torch.Tensor | None:

@@ -432,12 +432,12 @@ def test_sampled_training_builds_each_clients_neighbour_sampler_once(run_fgx, ti
 
     import fgx.sampler
 
-    built = []     # per sampler built: whether training (base.sampled_loss) built it
+    built = []     # per sampler built: whether training (fgx.federation.client.sampled_forward) built it
 
     class Counting(fgx.sampler.NeighborSampler):
         def __init__(self, *a, **kw):
-            # a substring: under mutmut the frame is the trampolined copy (`...sampled_loss__mutmut_orig`)
-            built.append(any("sampled_loss" in f.function for f in inspect.stack(0)))
+            # a substring: under mutmut the frame is the trampolined copy (`...sampled_forward__mutmut_orig`)
+            built.append(any("sampled_forward" in f.function for f in inspect.stack(0)))
             super().__init__(*a, **kw)
     monkeypatch.setattr(fgx.sampler, "NeighborSampler", Counting)
     clients = [o for o in tiny_cfg if o.startswith("partitioner.num_clients=")]

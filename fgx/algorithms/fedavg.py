@@ -34,8 +34,8 @@ class FedAvg(Algorithm):
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)
         self.global_model = self.ctx.build_model()
-        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(self.global_model), self.client_state)
-                       for c in self.ctx.clients]
+        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(self.global_model),
+                                         self.client_state) for c in self.ctx.clients]
 
     def sample_clients(self, r: int) -> list[int]:
         """This round's clients (a Poisson draw may be empty)."""

@@ -188,7 +188,8 @@ class FedIIH(UploadedLocalModels, Algorithm):
         init = ctx.build_model()
         mp = init.p
         self.slices = {**init.factor_slices(), "heads.weight": 0, "heads.bias": 0}
-        self.states = [make_client_state(ctx, c, self.views[c.cid], copy_model(init), FedIIHClient) for c in ctx.clients]
+        self.states = [make_client_state(ctx, c, self.views[c.cid], copy_model(init), FedIIHClient)
+                       for c in ctx.clients]
         torch.manual_seed(ctx.seed)
         heads = VarianceHeads(mp.factors, mp.factor_dim).to(ctx.device)
         for s in self.states:

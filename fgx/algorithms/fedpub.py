@@ -22,7 +22,8 @@ from fgx.algorithms.base import (Algorithm, check_client_size, copy_model, flat_
                                   personalised_average, similarity_weights, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
-from fgx.federation.client import ClientState, LocalTrainParams, SeededDropout, make_client_state, num_train_items, round_seed
+from fgx.federation.client import (ClientState, LocalTrainParams, SeededDropout, make_client_state, num_train_items,
+                                   round_seed)
 from fgx.registry import ALGORITHMS
 
 

@@ -123,7 +123,7 @@ class FedPubRanking(Algorithm):
         self.clients = build_graph_clients(ctx, p.lr, p.weight_decay, p.optimizer, client_cls=PubRankingClient)
         for cl in self.clients:
             cl.masks = {k: nn.Parameter(torch.ones_like(v)) for k, v in cl.model.named_parameters()
-                                 if k in set(cl.model.shared_keys()) and v.dim() >= 2}
+                        if k in set(cl.model.shared_keys()) and v.dim() >= 2}
             # one optimiser over the model and its masks (replaces the one build_graph_clients made)
             cl.optimizer = make_optimizer(p.optimizer, list(cl.model.parameters()) + list(cl.masks.values()),
                                           p.lr, p.weight_decay)

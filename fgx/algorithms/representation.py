@@ -67,7 +67,8 @@ class RepresentationObjective(Objective):
     """An objective whose term reads the representation under the classifier (``Step.rep``): the local
     steps run ``split_forward``. No batched form: the batched executor's forward (fgx/federation/batched.py)
     computes the logits of stacked GCN/SAGE clients, not a representation per client."""
-    unbatched = "its term reads each client's representation under the classifier, which the batched forward does not compute"
+    unbatched = ("its term reads each client's representation under the classifier, which the batched forward "
+                 "does not compute")
 
     def forward(self, state):
         return split_forward(state.model, state.view)

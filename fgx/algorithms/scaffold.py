@@ -70,13 +70,13 @@ class Scaffold(FedAvg):
                 # sent separately, so a budget must cover it too (dp_fedavg covers 'update' only)
                 "control_update": Message("up", release=True)}
 
+    client_state = ScaffoldClient
+    objective = Corrected
+
     @classmethod
     def check_config(cls, params, validated) -> None:
         super().check_config(params, validated)
         check_setting(params, validated, "scaffold")
-
-    client_state = ScaffoldClient
-    objective = Corrected
 
     def setup(self) -> None:
         super().setup()

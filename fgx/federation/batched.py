@@ -4,8 +4,8 @@ When a round's clients run the client runtime's ``local_update`` (fgx/federation
 objective that has a batched form (``Objective.unbatched`` is None: the plain objective, which adds nothing,
 or one whose ``batched_term`` gives every client's term from the stacked parameters) on the GCN or
 GraphSAGE backbone, the executor asks that objective for it and the clients become one block-diagonal
-graph: client i's nodes are rows [i·n, i·n + n_i) of a padded node table (n: the largest client), its edges keep to its
-block, and its parameters are row i of stacked per-client copies ([C, ...] tensors). A layer is one
+graph: client i's nodes are rows [i·n, i·n + n_i) of a padded node table (n: the largest client), its
+edges keep to its block, and its parameters are row i of stacked per-client copies ([C, ...] tensors). A layer is one
 sparse product over the block-diagonal adjacency and one ``bmm`` with the stacked weights, so each
 local step of all clients costs one graph of their total size, not C small ones.
 
@@ -55,7 +55,8 @@ def config_refusal(v) -> str | None:
     if algo.objective is None:
         return f"algorithm '{name}' runs client work of its own, not the client runtime's local_update"
     if algo.objective.unbatched is not None:
-        return f"algorithm '{name}''s objective {algo.objective.__name__} has no batched form: {algo.objective.unbatched}"
+        return (f"algorithm '{name}''s objective {algo.objective.__name__} has no batched form: "
+                f"{algo.objective.unbatched}")
     if v.names["model"] not in MODELS:
         return f"model '{v.names['model']}' is not one of {list(MODELS)}"
     if getattr(v.params["algorithm"], "fanouts", None):

@@ -42,7 +42,9 @@ class LocalTrainParams:
     def one_local_step(self) -> bool:
         """True where every client takes exactly one optimiser step per round, whatever its data: from the
         start weights, a term that vanishes there with its gradient (a proximal term) changes nothing."""
-        return self.local_steps == 1 if self.local_epochs is None else (self.local_epochs == 1 and self.batch_size is None)
+        if self.local_epochs is None:
+            return self.local_steps == 1
+        return self.local_epochs == 1 and self.batch_size is None
 
 
 @dataclass
@@ -222,7 +224,8 @@ class ClientUpdate:
     sent: Any = None                          # the objective's ``finish``: what goes up beside the update
 
 
-def sampled_forward(state: ClientState, seeds: torch.Tensor, fanouts: list[int], generator) -> tuple[torch.Tensor, torch.Tensor]:
+def sampled_forward(state: ClientState, seeds: torch.Tensor, fanouts: list[int],
+                    generator) -> tuple[torch.Tensor, torch.Tensor]:
     """The model on fgx's sampled neighbourhood of the seed items only.
 
     Args:

@@ -255,3 +255,17 @@ def test_an_objectives_term_and_gradient_hook_act_in_the_loop(tmp_path):
     s.model.load_state_dict(start)
     big = local_training(s, 1, None, torch.Generator().manual_seed(0), Big())
     assert big.term > 0 and big.loss == pytest.approx(big.ce + big.term, rel=1e-6) and big.ce == pytest.approx(plain.ce)
+
+
+@pytest.mark.parametrize("algorithm,model", [("fedsage_plus", "sage"), ("ce_fedgnn", "gcn"), ("adafgl", "gcn"),
+                                             ("fedgcn", "gcn")])
+def test_client_batching_on_refuses_methods_with_client_work_of_their_own(algorithm, model):
+    """A method some of whose client calls are not local_update declares no objective (``objective = None``):
+    client_batching=on refuses it before work rather than in the middle of a run."""
+    from fgx.cli import compose
+    from fgx.config import validate
+
+    extra = ["dataset.features_public=true"] if algorithm == "fedgcn" else []
+    with pytest.raises(ConfigError, match=f"executor.client_batching.*'{algorithm}' runs client work of its own"):
+        validate(compose([*BASE, f"algorithm={algorithm}", f"model={model}", *extra, "executor=batched",
+                          "executor.client_batching=on"]))

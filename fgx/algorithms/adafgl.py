@@ -256,6 +256,7 @@ def adafgl_personal_round(state, p: AdaFGLParams, round_seed: int) -> float:
 class AdaFGL(FedAvg):
     """FedAvg's round in step 1; step 2 changes the round itself (personalised training, nothing sent)."""
     client_state = AdaFGLClient
+    objective = None               # step 2's personalised training is client work of its own
     messages = {"global_weights": Message("down"), "update": Message("up", release=True),
                 "knowledge_extractor": Message("down")}
 

@@ -31,9 +31,9 @@ class Algorithm:
     # a decentralised method whose peers gossip models (fgx/algorithms/gossip.py): what privacy=mf_gdp accounts
     gossip: bool = False
     # the kind of local objective its clients train under through the client runtime's ``local_update``
-    # (``client_objective`` builds the round's); None: its clients run work of their own. executor=batched
-    # asks it, before work starts, whether the clients can train as one batch (``Objective.unbatched``)
-    objective: type[Objective] | None = Objective
+    # (``client_objective`` builds the round's); None (the default): some of its client work is its own.
+    # executor=batched asks it, before work starts, whether every client call can run as one batch
+    objective: type[Objective] | None = None
 
     def __init__(self, ctx):
         self.ctx = ctx

@@ -10,7 +10,7 @@ from fgx.algorithms.base import (Algorithm, add_delta, aggregation_weights, copy
                                   weighted_average, zero_delta)
 from fgx.config import spec
 from fgx.federation.channel import Message
-from fgx.federation.client import ClientState, LocalTrainParams, make_client_state
+from fgx.federation.client import ClientState, LocalTrainParams, Objective, make_client_state
 from fgx.registry import ALGORITHMS
 
 
@@ -30,6 +30,7 @@ class FedAvg(Algorithm):
     down, up = "global_weights", "update"     # the kinds of the round's two messages (FedPer: its base's)
     has_local_models = True
     client_state: type[ClientState] = ClientState   # what a client keeps (SCAFFOLD: its control variate too)
+    objective = Objective                           # its clients' objective adds nothing
 
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)

@@ -64,6 +64,7 @@ class FedGCN(FedAvg):
                 "boundary_embeddings": Message("up", release=True),
                 "halo_embeddings": Message("down")}
     client_state = HaloClient     # edge tasks: wrap_edge_clients
+    objective = None              # its setup's exchange is client work of its own
 
     @classmethod
     def check_config(cls, params, validated) -> None:

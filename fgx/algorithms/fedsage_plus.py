@@ -344,6 +344,7 @@ def mended_view(state, full_view, p: FedSagePlusParams, seed: int):
 @ALGORITHMS.register("fedsage_plus", params=FedSagePlusParams, tasks=("node",))
 class FedSagePlus(FedAvg):
     requires_model = ("sage", "FedSage+ trains GraphSAGE classifiers on the mended subgraphs")
+    objective = None               # NeighGen's phase is client work of its own
     messages = {**FedAvg.messages,
                 "neighgen_weights": Message("up"),      # client i's NeighGen parameters, to be relayed
                 "peer_neighgen": Message("down"),       # ... to every other client j

@@ -4,7 +4,7 @@ model under no objective."""
 from __future__ import annotations
 
 from fgx.algorithms.base import Algorithm, client_models_state, load_client_models
-from fgx.federation.client import LocalTrainParams, make_client_state
+from fgx.federation.client import LocalTrainParams, Objective, make_client_state
 from fgx.registry import ALGORITHMS
 
 
@@ -12,6 +12,7 @@ from fgx.registry import ALGORITHMS
 class Local(Algorithm):
     messages = {}
     has_local_models = True
+    objective = Objective          # plain local steps
 
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)

@@ -25,8 +25,9 @@ import torch
 from fgx.federation.channel import Message
 from fgx.unlearning.factored import FactoredHessian
 from fgx.unlearning.logreg import LocalData, batched_cg, signed_labels
-from fgx.unlearning.propagation import ExactPropagator, GPRPropagator, symmetric_adjacency
+from fgx.unlearning.propagation import ExactPropagator, GPRPropagator, exact_propagation, symmetric_adjacency
 
+GAMMA1 = 0.25      # Lipschitz constant of l' for the logistic loss (sup l'' = 1/4)
 GAMMA2 = 0.25      # Lipschitz constant of l'' for the logistic loss (Assumption 4.1)
 C1 = 1.0           # bound on |l'| for the logistic loss
 GRAM_MAX_F = 512   # spectral_norm=auto: the server keeps the aggregated F x F Gram matrix up to this F
@@ -237,13 +238,14 @@ class CertifiedServer:
         self.b = None
         self.train_residual = None
         self.gram = None            # aggregated Z_train^T Z_train (spectral_norm=gram)
-        self.spectral_vector = None  # warm start of the power iteration (spectral_norm=power)
-        self.residue_sums: dict[int, tuple] = {}   # cid -> (1^T R, its rounding drift, error bound)
+        self.residue_sums: dict[str, dict] = {}    # mode -> cid -> that client's residue sums
+        self.z_bound = None          # spectral_norm=incremental: an upper bound on ||Z_train|| ...
+        self.z_exact = None          # ... and the exact value (plus margin) it started from
         self.factored = FactoredHessian(self)      # solver=factored: the anchor Hessian's factors
 
     def reset_state_caches(self) -> None:
         """After the clients rebuilt their propagation state: forget what was aggregated from it."""
-        self.gram, self.spectral_vector, self.residue_sums = None, None, {}
+        self.gram, self.residue_sums, self.z_bound, self.z_exact = None, {}, None, None
         self.factored.w0 = None         # rebuilt from the new rows at the next factored solve
 
     def repropagate(self) -> float:
@@ -265,31 +267,39 @@ class CertifiedServer:
         self.train(fresh_noise=True, warm_start=False)
         return {"repropagation_s": prop_s, "train_s": time.perf_counter() - t0}
 
-    def approximation_state(self, absolute: bool = False, parties=None) -> dict:
-        """||1^T R|| over all clients' tracked residues and what the state's rounding adds to it, so that
-        ||1^T R*|| <= residue_norm + rounding_norm for the residues R* the stored reserves imply.
-        Signed sums (default): each client's implied sum 1^T R* is kept exactly (float64, see
-        ``GPRPropagator.implied_residue_colsum``); the rounding is its drift from 1^T R plus the float64
-        error bound. ``absolute``: sum |R| and the worst-case bound of sum |R* - R| (``rounding_bound``).
+    def approximation_state(self, mode: str = "theorem", parties=None) -> dict:
+        """What the propagation error adds to the gradient-residual bound, summed over all clients.
+
+        ``theorem`` (default): the per-column sums s = s_res + s_round with sum_u |Z - Z_hat|(u, j) <= s_j
+        (``certificate_sums``: tau-weighted |R| of the tracked residues, the state's rounding bound, and for
+        exact states the float64 propagation's rounding); ``error_sums`` is s, for the bound
+        c1 ||s|| + gamma1 ||Z'|| |w|^T s (docs/unlearning.md, *Theorem 1*).
+        ``paper_estimate``: ||1^T R|| with signed residues and the drift of the implied signed sums (the
+        paper's 2 c1 ||1^T R||; not a bound in general: the two-triangle example).
         ``parties``: the clients whose sums may have changed (the server keeps the others' last sums)."""
         parties = self.parties if parties is None else parties
         ids = {p.cid for p in parties}
-        fresh = [p for p in self.parties if p.cid not in self.residue_sums or p.cid in ids]
+        cache = self.residue_sums.setdefault(mode, {})
+        fresh = [p for p in self.parties if p.cid not in cache or p.cid in ids]
 
-        def sums(q):
-            tracked = q.prop.residue_colsum(absolute)
-            if absolute:
-                return {"sum": tracked, "drift": q.prop.rounding_bound(), "error": np.zeros_like(tracked)}
-            return {"sum": tracked, "drift": q.prop.implied_residue_colsum() - tracked,
+        def theorem(q):
+            res, rnd = q.prop.certificate_sums()
+            return {"res": res, "round": rnd}
+
+        def signed(q):
+            tracked = q.prop.residue_colsum()
+            return {"res": tracked, "round": q.prop.implied_residue_colsum() - tracked,
                     "error": q.prop.implied_residue_error()}
 
         for p in fresh:
-            got = self.gather("residue_sums", sums, [p])
-            self.residue_sums[p.cid] = (got["sum"], got["drift"], got["error"])
-        residue, drift, error = (np.sum([self.residue_sums[p.cid][j] for p in self.parties], axis=0)
-                                 for j in range(3))
-        return {"residue_norm": float(np.linalg.norm(residue)),
-                "rounding_norm": float(np.linalg.norm(drift) + np.linalg.norm(error))}
+            cache[p.cid] = self.gather("residue_sums", theorem if mode == "theorem" else signed, [p])
+        total = {k: np.sum([cache[p.cid][k] for p in self.parties], axis=0) for k in cache[self.parties[0].cid]}
+        if mode == "theorem":
+            return {"residue_norm": float(np.linalg.norm(total["res"])),
+                    "rounding_norm": float(np.linalg.norm(total["round"])),
+                    "residue_sums": total["res"], "error_sums": total["res"] + total["round"]}
+        return {"residue_norm": float(np.linalg.norm(total["res"])),
+                "rounding_norm": float(np.linalg.norm(total["round"]) + np.linalg.norm(total["error"]))}
 
     # -- the channel -------------------------------------------------------------------------------
     def broadcast(self, kind: str, payload: np.ndarray, parties=None) -> None:
@@ -456,20 +466,24 @@ class CertifiedServer:
         resid = np.linalg.norm(self.hvp(w, v, n_t, at_old) - delta, axis=0)   # the true residual, one more product
         return {"v": v, "cg_iterations": iters, "solve_residual": resid}
 
-    def true_gradient_norm(self) -> np.ndarray:
-        """||grad L_b(W, D')|| per class with the training rows of the exactly propagated embedding
-        (the debug quantity of the paper's Fig. 2; one exact propagation per client)."""
+    def true_gradient_norm(self, w: np.ndarray | None = None) -> np.ndarray:
+        """||grad L_b(W, D')|| per class with the training rows of the exactly propagated embedding of the
+        dataset's features (float64 propagation of the current features over the current graph; never
+        features recovered from a rounded state) - the quantity the certificate bounds (the paper's
+        Fig. 2; one exact propagation per client). ``w``: the weights to evaluate (default W)."""
         n_t = self.num_train()
-        self.broadcast("weights", self.W)
+        self.broadcast("weights", self.W if w is None else w)
 
         def part(p):
             ids = p.train_ids()
-            z = p.prop.exact_embedding()[ids]
+            z = exact_propagation(p.prop.adj, p.current_features(), p.prop.weights, p.prop.deg,
+                                  dtype=np.float64)[ids]
             loss, g = LocalData(z, signed_labels(p.y[ids], self.C)).loss_grad(p.last_w)
             return {"loss": np.array([loss]), "grad": g}
 
         agg = self.gather("loss_grad", part)
-        return np.linalg.norm(agg["grad"] + self.lam * n_t * self.W + self.b, axis=0)
+        w = self.W if w is None else w
+        return np.linalg.norm(agg["grad"] + self.lam * n_t * w + self.b, axis=0)
 
     def hessian_change_norm(self, v: np.ndarray) -> np.ndarray:
         """||(H_D' - H_D) v|| per class at the current W (the Hessian the influence step skipped);
@@ -480,9 +494,9 @@ class CertifiedServer:
                                             - p.change.old_data().hvp(p.last_w, v)}, touched)
         return np.linalg.norm(agg["hv"] - self.lam * n_removed * v, axis=0)
 
-    def certificate_terms(self, v: np.ndarray, residue_norm: str, spectral: str, touched) -> dict:
-        """||Z'|| (an upper estimate), ||Z' v|| per class and ||1^T R|| of the current residues."""
-        z_norm, spectral_info = self.spectral_norm(spectral, touched)
+    def certificate_terms(self, v: np.ndarray, residue_norm: str, spectral: str, touched, slack: float = 0.1) -> dict:
+        """||Z'|| (an upper bound), ||Z' v|| per class and the propagation error's sums."""
+        z_norm, spectral_info = self.spectral_norm(spectral, touched, slack)
         self.broadcast("newton_direction", v)
         def change_sq(p):
             g = p.__dict__.get("_gram")
@@ -496,20 +510,20 @@ class CertifiedServer:
         pc = self.gather("prediction_change", change_sq)
         # residue column sums and rounding bounds are maintained by the clients' states (O(F) to read);
         # only the clients a request touched can have new ones, the others' last sums are kept by the server
-        approx = self.approximation_state(residue_norm == "abs", touched)
+        approx = self.approximation_state(residue_norm, touched)
         return {"z_norm": z_norm, "zv_norm": np.sqrt(pc["sq"]), **approx, **spectral_info}
 
-    def spectral_norm(self, mode: str, touched) -> tuple[float, dict]:
-        """||Z_train|| = sqrt(lambda_max(sum_k Z_k^T Z_k)), from above.
+    def spectral_norm(self, mode: str, touched, slack: float = 0.1) -> tuple[float, dict]:
+        """An upper bound on ||Z_train|| = sqrt(lambda_max(sum_k Z_k^T Z_k)), never an estimate.
 
         ``gram``: the server keeps the aggregated F x F Gram matrix (each request's clients send the
-        change of theirs) and takes LAPACK's largest eigenvalue plus a rounding margin;
-        ``power``: warm-started power iteration on Gram products, then the residual rho = ||G v - theta v||
-        of the final Ritz pair is added (the top eigenvalue lies within rho of theta once the
-        iteration has found it) - the reference code's plain power iteration under-estimates."""
+        change of theirs) and takes LAPACK's largest eigenvalue plus a rounding margin, every request;
+        ``incremental``: that exact value at a refresh, then per request ||Z'|| <= ||Z|| + ||Z' - Z|| (the
+        triangle inequality; removed rows only lower the norm), each client bounding the spectral norm of
+        its changed rows' change; refreshed when the bound exceeds the exact value by ``slack``."""
         F = self.parties[0].x.shape[1]
         if mode == "auto":
-            mode = "gram" if F <= GRAM_MAX_F else "power"
+            mode = "gram" if F <= GRAM_MAX_F else "incremental"
         if mode == "gram":
             if self.gram is None:
                 self.gram = self.gather("gram", lambda p: {"gram": p.gram(self.C)})["gram"]
@@ -522,34 +536,45 @@ class CertifiedServer:
                     self.gram = self.gram + upd["gram"]
             for p in sent:
                 p.__dict__["_gram_sent"] = p.gram(self.C).copy()
-            top = float(np.linalg.eigvalsh(self.gram)[-1])
-            top += 4 * F * np.finfo(float).eps * max(abs(top), float(np.abs(self.gram).max()))
-            return float(np.sqrt(max(top, 0.0))), {"spectral_iterations": 0}
-        v = np.ones(F) if self.spectral_vector is None else self.spectral_vector.copy()
-        v /= np.linalg.norm(v)
-        theta_old, it = 0.0, 0
-        for it in range(1, 201):
-            g = self._gram_matvec(v)
-            theta = float(v @ g)
-            rho = float(np.linalg.norm(g - theta * v))
-            nrm = np.linalg.norm(g)
-            if nrm == 0:
-                return 0.0, {"spectral_iterations": it}
-            if abs(theta - theta_old) <= 1e-8 * theta and rho <= 1e-3 * theta:
-                break
-            theta_old = theta
-            v = g / nrm
-        self.spectral_vector = v
-        return float(np.sqrt(theta + rho)), {"spectral_iterations": it}
+            return _top_singular_bound(self.gram, self.num_train()), {"spectral_iterations": 0, "spectral_refresh": 1}
+        if mode != "incremental":
+            raise ValueError(f"spectral_norm must be auto, gram or incremental, got {mode!r}")
+        refresh = self.z_bound is None
+        if not refresh:
+            moved = [p for p in touched if p.change is not None]
+            if moved:
+                got = self.gather("gram_update", lambda p: {"sq": np.array([_change_norm_sq(p.change)])}, moved)
+                self.z_bound += float(np.sqrt(got["sq"][0]))
+            refresh = self.z_bound > (1.0 + slack) * self.z_exact
+        if refresh:
+            def fresh_gram(p):
+                g = p.__dict__.get("_gram")
+                return {"gram": g if g is not None else p.local_data(self.C).gram()}
+            gram = self.gather("gram", fresh_gram)["gram"]
+            self.z_exact = self.z_bound = _top_singular_bound(gram, self.num_train())
+        return float(self.z_bound), {"spectral_iterations": 0, "spectral_refresh": int(refresh)}
 
-    def _gram_matvec(self, v: np.ndarray) -> np.ndarray:
-        self.broadcast("hvp_vector", v)
 
-        def part(p):
-            n_t = p.num_train()
-            g = p.__dict__.get("_gram")
-            if g is not None or n_t > v.size:        # a local F x F Gram is cheaper than two passes over the rows
-                return {"gv": p.gram(self.C) @ v}
-            return {"gv": p.local_data(self.C).gram_matvec(v)}
+def _top_singular_bound(gram: np.ndarray, rows: int) -> float:
+    """sqrt of an upper bound on lambda_max of a Gram matrix sum_i z_i z_i^T as computed in float64: LAPACK's
+    eigenvalue has a backward error of a few F u ||G|| and the Gram's own sums err by gamma_rows tr(G)
+    (|Z|^T |Z| has norm <= tr(G)); both are added."""
+    F = gram.shape[0]
+    top = float(np.linalg.eigvalsh(gram)[-1])
+    eps = np.finfo(float).eps
+    top += 4 * F * eps * max(abs(top), float(np.abs(gram).max())) + (rows + 2) * eps * float(np.trace(gram))
+    return float(np.sqrt(max(top, 0.0)))
 
-        return self.gather("gram_matvec", part)["gv"]
+
+def _change_norm_sq(change: RowChange) -> float:
+    """An upper bound on ||Z'_rows - Z_rows||_2^2 for a request's changed rows: the Frobenius norm, or
+    (few rows) the largest eigenvalue of D D^T plus its rounding margin, whichever is smaller."""
+    d = change.new - change.old
+    if d.size == 0:
+        return 0.0
+    fro = float((d * d).sum()) * (1 + 4 * np.finfo(float).eps * d.size)
+    if 1 < d.shape[0] <= 256:
+        k = d.shape[0]
+        top = float(np.linalg.eigvalsh(d @ d.T)[-1]) + (4 * k + d.shape[1] + 2) * np.finfo(float).eps * fro
+        return min(fro, top)
+    return fro

@@ -126,11 +126,18 @@ class PartyState:
         """Z_train^T Z_train (F x F), updated by each request from the rows it changed."""
         g = self.__dict__.get("_gram")
         if g is None:
-            g = self.__dict__["_gram"] = self.local_data(num_classes).gram()
+            z = self.local_data(num_classes).z
+            g = self.__dict__["_gram"] = z.T @ z
+            # |computed - exact| <= gamma_(n_t) |Z|^T |Z| entrywise, whose Frobenius norm is <= ||Z||_F^2
+            self.__dict__["_gram_error"] = _gamma64(z.shape[0] + 2) * float((z * z).sum())
         return g
 
+    def gram_error(self) -> float:
+        """A bound on ||G_kept - Z^T Z||_F for the kept Gram G (its rounding, accumulated over its updates)."""
+        return float(self.__dict__.get("_gram_error", 0.0))
+
     def invalidate(self) -> None:
-        for k in ("_local", "_ids", "_gram"):
+        for k in ("_local", "_ids", "_gram", "_gram_error"):
             self.__dict__.pop(k, None)
 
     def current_features(self) -> np.ndarray:
@@ -205,6 +212,9 @@ class PartyState:
                 self.row_norm_max = max(self.row_norm_max, float(np.linalg.norm(new, axis=1).max()))
         if gram is not None:
             gram += new.T @ new - old.T @ old - change.removed.T @ change.removed
+            moved = float((new * new).sum() + (old * old).sum() + (change.removed * change.removed).sum())
+            self.__dict__["_gram_error"] = (self.gram_error() + _gamma64(len(new) + len(change.removed) + 5) * moved
+                                            + _gamma64(1) * float(np.linalg.norm(gram)))
         if gone.size:
             keep = np.ones(ids.size, dtype=bool)
             keep[gone] = False
@@ -502,10 +512,12 @@ class CertifiedServer:
             g = p.__dict__.get("_gram")
             if g is None or p.num_train() <= v.shape[0]:
                 return {"sq": p.local_data(self.C).prediction_change_sq(v)}
-            # ||Z v_c||^2 = v_c^T G v_c from the kept Gram (O(F^2) instead of a pass over the rows), plus an
-            # allowance for the float64 rounding its incremental updates accumulate (~requests F 2^-53 relative)
-            return {"sq": np.maximum(np.einsum("ic,ij,jc->c", v, g, v), 0.0)
-                    + 1e-9 * float(np.trace(g)) * (v * v).sum(0)}
+            # ||Z v_c||^2 = v_c^T G v_c from the kept Gram (O(F^2) instead of a pass over the rows), plus the
+            # rounding its incremental updates accumulated (||G_kept - Z^T Z|| ||v_c||^2) and that of the product
+            vv = (v * v).sum(0)
+            quad = np.einsum("ic,ij,jc->c", v, g, v)
+            slack = (p.gram_error() + _gamma64(2 * v.shape[0] + 2) * float(np.abs(g).sum())) * vv
+            return {"sq": np.maximum(quad, 0.0) + slack}
 
         pc = self.gather("prediction_change", change_sq)
         # residue column sums and rounding bounds are maintained by the clients' states (O(F) to read);
@@ -553,6 +565,11 @@ class CertifiedServer:
             gram = self.gather("gram", fresh_gram)["gram"]
             self.z_exact = self.z_bound = _top_singular_bound(gram, self.num_train())
         return float(self.z_bound), {"spectral_iterations": 0, "spectral_refresh": int(refresh)}
+
+
+def _gamma64(k: int) -> float:
+    u = np.finfo(float).eps / 2
+    return k * u / (1 - k * u)
 
 
 def _top_singular_bound(gram: np.ndarray, rows: int) -> float:

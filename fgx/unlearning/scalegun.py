@@ -332,11 +332,11 @@ class RequestProcessor:
         bound = float(self.approx_term(terms, self.server.W).max())
         out = {"initial_bound": bound, "initial_residue_norm": terms["residue_norm"],
                "initial_rounding_term": self.rounding_term(terms, self.server.W), "repropagated": False}
-        if bound > self.budget and cert.enforce:
+        if not bound <= self.budget and cert.enforce:
             self.retrain()
             terms = self.state_terms()
             out.update(repropagated=True, bound_after_repropagation=float(self.approx_term(terms, self.server.W).max()))
-            self.failed = out["bound_after_repropagation"] > self.budget
+            self.failed = not out["bound_after_repropagation"] <= self.budget
         return out
 
     def _true_norm(self, w: np.ndarray) -> np.ndarray:
@@ -369,7 +369,7 @@ class RequestProcessor:
         sol, terms, step, step_error, hess_change, drift, times = self._step(delta, touched)
         model_s, cert_s = model_s + times[0], times[1]
         bound = self.beta + step_error + self.approx_term(terms, server.W + sol["v"])   # of W + v, before release
-        exceeded = bool(np.any(bound > self.budget))
+        exceeded = bool(np.any(~(bound <= self.budget)))        # a NaN bound is never within the budget
         if exceeded and cert.enforce and drift is not None and np.any(drift > 0):
             # the anchor's curvature drift is what does not fit: rebuild it at the current W (drift 0), re-solve
             rebuild_s = server.factored.build()
@@ -378,14 +378,14 @@ class RequestProcessor:
             sol["anchor_build_s"] += rebuild_s
             model_s, cert_s = model_s + times[0], cert_s + times[1]
             bound = self.beta + step_error + self.approx_term(terms, server.W + sol["v"])
-            exceeded = bool(np.any(bound > self.budget))
+            exceeded = bool(np.any(~(bound <= self.budget)))
         v, v_norm = sol["v"], np.linalg.norm(sol["v"], axis=0)
         approx = self.approx_term(terms, server.W + v)
         rounding = self.rounding_term(terms, server.W + v)
         # report.bounds: the true gradient norm of W + v on exact embeddings, checked against its bound
         # before release; a violation is logged and handled like a bound above the budget
         true = self._true_norm(server.W + v) if p.report.bounds else None
-        violation = bool(true is not None and np.any(true > bound))
+        violation = bool(true is not None and np.any(~(true <= bound)))
         self.violations += violation
 
         retrain_s, action = 0.0, "newton"
@@ -402,10 +402,10 @@ class RequestProcessor:
             action = "retrain"
             if p.report.bounds:
                 true = self._true_norm(server.W)
-                if np.any(true > held):
+                if np.any(~(true <= held)):
                     self.violations += 1
                     violation = True
-            if np.any(held > self.budget) or (p.report.bounds and np.any(true > held)):
+            if np.any(~(held <= self.budget)) or (p.report.bounds and np.any(~(true <= held))):
                 action = "refused"      # even a model retrained on exact embeddings is outside its certificate
                 self.failed = True
         else:

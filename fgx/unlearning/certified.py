@@ -249,8 +249,8 @@ class CertifiedServer:
         self.train_residual = None
         self.gram = None            # aggregated Z_train^T Z_train (spectral_norm=gram)
         self.residue_sums: dict[str, dict] = {}    # mode -> cid -> that client's residue sums
-        self.z_bound = None          # spectral_norm=incremental: an upper bound on ||Z_train|| ...
-        self.z_exact = None          # ... and the exact value (plus margin) it started from
+        self.z_bound = None          # spectral_norm=incremental: an upper bound on lambda_max(Z_train^T Z_train) ...
+        self.z_exact = None          # ... and the exact value (plus margin) at the last refresh
         self.factored = FactoredHessian(self)      # solver=factored: the anchor Hessian's factors
 
     def reset_state_caches(self) -> None:
@@ -530,9 +530,10 @@ class CertifiedServer:
 
         ``gram``: the server keeps the aggregated F x F Gram matrix (each request's clients send the
         change of theirs) and takes LAPACK's largest eigenvalue plus a rounding margin, every request;
-        ``incremental``: that exact value at a refresh, then per request ||Z'|| <= ||Z|| + ||Z' - Z|| (the
-        triangle inequality; removed rows only lower the norm), each client bounding the spectral norm of
-        its changed rows' change; refreshed when the bound exceeds the exact value by ``slack``."""
+        ``incremental``: that exact value at a refresh, then per request Weyl's inequality
+        lambda_max(G') <= lambda_max(G) + lambda_max(G' - G), each client bounding the top eigenvalue of its
+        Gram change N^T N - O^T O - R^T R (changed rows new / old, removed rows) exactly from the small
+        matrix of those rows; refreshed when the bound exceeds the exact norm by ``slack``."""
         F = self.parties[0].x.shape[1]
         if mode == "auto":
             mode = "gram" if F <= GRAM_MAX_F else "incremental"
@@ -548,23 +549,24 @@ class CertifiedServer:
                     self.gram = self.gram + upd["gram"]
             for p in sent:
                 p.__dict__["_gram_sent"] = p.gram(self.C).copy()
-            return _top_singular_bound(self.gram, self.num_train()), {"spectral_iterations": 0, "spectral_refresh": 1}
+            return float(np.sqrt(_top_eigenvalue_bound(self.gram, self.num_train()))), \
+                {"spectral_iterations": 0, "spectral_refresh": 1}
         if mode != "incremental":
             raise ValueError(f"spectral_norm must be auto, gram or incremental, got {mode!r}")
         refresh = self.z_bound is None
         if not refresh:
             moved = [p for p in touched if p.change is not None]
             if moved:
-                got = self.gather("gram_update", lambda p: {"sq": np.array([_change_norm_sq(p.change)])}, moved)
-                self.z_bound += float(np.sqrt(got["sq"][0]))
-            refresh = self.z_bound > (1.0 + slack) * self.z_exact
+                got = self.gather("gram_update", lambda p: {"top": np.array([_gram_change_top(p.change)])}, moved)
+                self.z_bound += float(got["top"][0])
+            refresh = self.z_bound > (1.0 + slack) ** 2 * self.z_exact
         if refresh:
             def fresh_gram(p):
                 g = p.__dict__.get("_gram")
                 return {"gram": g if g is not None else p.local_data(self.C).gram()}
             gram = self.gather("gram", fresh_gram)["gram"]
-            self.z_exact = self.z_bound = _top_singular_bound(gram, self.num_train())
-        return float(self.z_bound), {"spectral_iterations": 0, "spectral_refresh": int(refresh)}
+            self.z_exact = self.z_bound = _top_eigenvalue_bound(gram, self.num_train())
+        return float(np.sqrt(self.z_bound)), {"spectral_iterations": 0, "spectral_refresh": int(refresh)}
 
 
 def _gamma64(k: int) -> float:
@@ -572,26 +574,34 @@ def _gamma64(k: int) -> float:
     return k * u / (1 - k * u)
 
 
-def _top_singular_bound(gram: np.ndarray, rows: int) -> float:
-    """sqrt of an upper bound on lambda_max of a Gram matrix sum_i z_i z_i^T as computed in float64: LAPACK's
-    eigenvalue has a backward error of a few F u ||G|| and the Gram's own sums err by gamma_rows tr(G)
-    (|Z|^T |Z| has norm <= tr(G)); both are added."""
+def _top_eigenvalue_bound(gram: np.ndarray, rows: int) -> float:
+    """An upper bound on lambda_max of a Gram matrix sum_i z_i z_i^T computed in float64: LAPACK's eigenvalue
+    has a backward error of a few F u ||G||, and the Gram's own sums err by gamma_rows tr(G) (|Z|^T |Z| has
+    norm <= tr(G)); both are added."""
     F = gram.shape[0]
     top = float(np.linalg.eigvalsh(gram)[-1])
     eps = np.finfo(float).eps
     top += 4 * F * eps * max(abs(top), float(np.abs(gram).max())) + (rows + 2) * eps * float(np.trace(gram))
-    return float(np.sqrt(max(top, 0.0)))
+    return max(top, 0.0)
 
 
-def _change_norm_sq(change: RowChange) -> float:
-    """An upper bound on ||Z'_rows - Z_rows||_2^2 for a request's changed rows: the Frobenius norm, or
-    (few rows) the largest eigenvalue of D D^T plus its rounding margin, whichever is smaller."""
-    d = change.new - change.old
-    if d.size == 0:
+def _gram_change_top(change: RowChange) -> float:
+    """An upper bound on lambda_max(N^T N - O^T O - R^T R) for a request's changed rows (new N, old O) and
+    removed rows R. With M = [N; O; R], J = diag(1, -1, -1) and the QR factorisation M^T = Q T, the matrix
+    M^T J M = Q (T J T^T) Q^T has the eigenvalues of the small symmetric T J T^T (plus zeros): computed
+    exactly, plus a margin for Householder QR's backward error (||dM||_F <= 16 F k u ||M||_F, generously)
+    and the eigenvalue's. Beyond 1024 rows: 2 ||O||_F ||N - O||_F + ||N - O||_F^2 (removed rows only lower it)."""
+    new, old, removed = change.new, change.old, change.removed
+    m = np.vstack([new, old, removed])
+    if m.shape[0] == 0:
         return 0.0
-    fro = float((d * d).sum()) * (1 + 4 * np.finfo(float).eps * d.size)
-    if 1 < d.shape[0] <= 256:
-        k = d.shape[0]
-        top = float(np.linalg.eigvalsh(d @ d.T)[-1]) + (4 * k + d.shape[1] + 2) * np.finfo(float).eps * fro
-        return min(fro, top)
-    return fro
+    eps = np.finfo(float).eps
+    mass = float((m * m).sum())                         # ||M||_F^2
+    if m.shape[0] > 1024:
+        d = float(np.linalg.norm(new - old))
+        return (2 * float(np.linalg.norm(old)) * d + d * d) * (1 + 8 * eps * m.size)
+    signs = np.r_[np.ones(len(new)), -np.ones(len(old) + len(removed))]
+    t = np.linalg.qr(m.T, mode="r")
+    top = float(np.linalg.eigvalsh((t * signs) @ t.T)[-1])
+    qr_error = 16 * m.shape[0] * m.shape[1] * eps
+    return max(top, 0.0) + (2 * qr_error + qr_error ** 2 + 8 * m.shape[0] * eps) * mass

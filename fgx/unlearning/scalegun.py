@@ -93,9 +93,10 @@ class CertifiedUnlearningParams:
         min=1, help="test accuracy every N requests (and after the last); retrain: re-propagates and retrains there"))
     mia: bool = field(default=True, metadata=spec(help="edge requests: deleted-edge membership-inference AUC"))
     attacks: bool = field(default=True, metadata=spec(
-        help="after the last request: link stealing (posterior, feature similarity) and LinkTeller on the removed "
-             "edges, or membership inference on the deleted nodes, for the unlearned model and for a model "
-             "retrained from scratch on exact embeddings (fgx/unlearning/attacks.py)"))
+        help="after the last request: link stealing (posterior, feature similarity), LinkTeller and the "
+             "before/after difference attacks on the removed edges, or membership inference and the difference "
+             "attack on the deleted nodes, for the unlearned model, a model retrained from scratch on exact "
+             "embeddings and the never-updated model (fgx/unlearning/attacks.py)"))
     seed_offset: int = field(default=0, metadata=spec(help="added to the run seed to draw the requests"))
 
 
@@ -189,11 +190,11 @@ class CertifiedUnlearning(UnlearningMethod):
             out["summary"]["mia_auc_after"] = edge_mia(server, requests, rng, mia_before)["auc"]
         if attack_state is not None and rows and not s["certificate_failed"]:
             t0 = time.perf_counter()
-            s.update(attacks.unlearned_vs_retrained(server, attack_state))
+            s.update(attacks.three_models(server, attack_state))
             s["attacks_s"] = time.perf_counter() - t0
-            ctx.log.info("%s: attack AUCs, unlearned / retrained: %s", self.name, ", ".join(
-                f"{k[:-len('_auc_unlearned')]} {s[k]:.3f} / {s[k.replace('unlearned', 'retrained')]:.3f}"
-                for k in s if k.endswith("_auc_unlearned")))
+            ctx.log.info("%s: attack AUCs, unlearned / retrained / never updated: %s", self.name, ", ".join(
+                f"{k[:-len('_auc_unlearned')]} {s[k]:.3f} / {s[k.replace('unlearned', 'retrained')]:.3f} / "
+                f"{s[k.replace('unlearned', 'never_updated')]:.3f}" for k in s if k.endswith("_auc_unlearned")))
         if p.requests.selection == "adversarial":
             s = out["summary"]
             s["clean_test_accuracy"] = out["setup"]["clean_test_accuracy"]

@@ -180,3 +180,14 @@ def test_two_triangles_break_the_papers_estimate_and_not_the_default():
     server, bound = two_triangles("theorem")
     assert bound >= true
     assert bound == pytest.approx(6 * np.sqrt(3))           # ||s|| = sum_u |r^(0)(u)| = 6 sqrt(3); w = 0
+
+
+def test_a_true_norm_above_the_bound_is_logged_and_not_released():
+    """report.bounds checks the true norm of the candidate model against its bound before release: under the
+    paper's estimate the two triangles give a violation, which is recorded, counted and handled like a bound
+    above the budget (exact re-propagation and retraining, or refusal), never released as the Newton step."""
+    server, _ = two_triangles("paper_estimate")
+    proc = processor(server, budget=1e6, **{"certificate.residue_norm": "paper_estimate", "report.bounds": True})
+    row = proc.process({0: np.array([[0], [1]])}, evaluate=False)
+    assert row["true_norm_violation"] and row["action"] in ("retrain", "refused") and proc.violations >= 1
+    assert row["true_norm"] <= row["bound"]          # what was released (the retrained model) is within its bound

@@ -33,8 +33,10 @@ def register(sub) -> None:
 def power_table(delta: float, confidence: float = 0.95) -> None:
     from fgx.privacy.audit.gdp import canaries_for_power, gdp_mu, power
 
-    print(f"Gaussian audit at {confidence:.0%} confidence, δ = {delta:g}: canaries (half included) to catch a "
-          f"mechanism releasing 2x its claimed ε")
+    share = 1 - (1 - confidence) / 2          # the Gaussian audit's share of the audit's confidence
+    print(f"Gaussian audit at {share:.1%} confidence (its share of a {confidence:.0%} audit), δ = {delta:g}: "
+          f"canaries (half included) to catch a mechanism releasing 2x its claimed ε")
+    confidence = share
     print("| claimed ε | claim's μ (GDP) | μ at 2x ε | canaries for 90% power | power with 400 | power with 1000 |")
     print("|---:|---:|---:|---:|---:|---:|")
     for eps in (0.5, 1.0, 2.0, 4.0, 8.0):

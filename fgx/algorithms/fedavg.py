@@ -33,7 +33,7 @@ def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: 
     return state_delta(state.model.state_dict(), global_weights), loss
 
 
-@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph", "link"))
 class FedAvg(Algorithm):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
     down, up = "global_weights", "update"     # the kinds of the round's two messages (FedPer: its base's)

@@ -31,7 +31,7 @@ def prox_client_update(state, global_weights: dict, p: FedProxParams, round_seed
     return client_update(state, global_weights, p, round_seed)
 
 
-@ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge", "graph", "link"))
 class FedProx(FedAvg):
     client_fn = staticmethod(prox_client_update)
 

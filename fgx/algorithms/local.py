@@ -13,7 +13,7 @@ def local_round(state, p: LocalTrainParams, round_seed: int) -> float:
     return train_steps(state, steps_per_round(state, p), p.batch_size, g, fanouts=p.fanouts)
 
 
-@ALGORITHMS.register("local", params=LocalTrainParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("local", params=LocalTrainParams, tasks=("node", "edge", "graph", "link"))
 class Local(Algorithm):
     messages = {}
     has_local_models = True

@@ -65,7 +65,7 @@ def moon_client_update(state, global_weights: dict, p: MoonParams, seed: int):
     return delta, ce, con
 
 
-@ALGORITHMS.register("moon", params=MoonParams, tasks=("node", "graph"))
+@ALGORITHMS.register("moon", params=MoonParams, tasks=("node", "graph", "link"))
 class Moon(FedAvg):
     @classmethod
     def check_config(cls, params, validated) -> None:

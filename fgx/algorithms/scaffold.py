@@ -52,7 +52,7 @@ def scaffold_client_update(state, global_weights: dict, c: dict, p: ScaffoldPara
     return delta, loss, dc
 
 
-@ALGORITHMS.register("scaffold", params=ScaffoldParams, tasks=("node", "graph"))
+@ALGORITHMS.register("scaffold", params=ScaffoldParams, tasks=("node", "graph", "link"))
 class Scaffold(FedAvg):
     messages = {"global_weights": Message("down"), "global_control": Message("down"),
                 "update": Message("up", release=True),

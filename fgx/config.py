@@ -287,10 +287,11 @@ def validate(cfg: DictConfig) -> Validated:
             raise ConfigError(f"{group}.{extra[0]}", node[extra[0]], f"no parameters for {group} '{node['name']}'")
     # no privacy budget that misses a message kind (fgx/privacy/base.py), before any other check
     entries["privacy"].obj.check_coverage(Validated(top, params, names, entries))
-    from fgx.link.checks import check_link_config, run_task
+    from fgx.link.checks import check_link_config, check_link_dataset, run_task
 
+    check_link_dataset(top, names, entries)
     _check_tasks(names, entries, run_task(top, entries))
-    check_link_config(top, params, names, entries)
+    check_link_config(top, params, names)
     if entries["dataset"].meta.get("task") == "graph" and getattr(params["algorithm"], "fanouts", None):
         raise ConfigError("algorithm.fanouts", params["algorithm"].fanouts, "null for the graph task (each step runs "
                           "on the client's whole graphs; the sampler draws node neighbourhoods)")

@@ -14,8 +14,9 @@ def run_task(top, entries: dict) -> str | None:
     return top.task.name or entries["dataset"].meta.get("task")
 
 
-def check_link_config(top, params: dict, names: dict, entries: dict) -> None:
-    """Everything a ``task=link`` run (or a link dataset) needs from the rest of the config."""
+def check_link_dataset(top, names: dict, entries: dict) -> None:
+    """The dataset of a ``task=link`` run (and the task of a link dataset): checked before the components'
+    tasks (fgx.config._check_tasks), so a dataset the task cannot use is named first."""
     from fgx.registry import DATASETS
 
     own = entries["dataset"].meta.get("task")
@@ -32,6 +33,12 @@ def check_link_config(top, params: dict, names: dict, entries: dict) -> None:
         have = [n for n in DATASETS.names() if "edge_time" in DATASETS.get(n).meta.get("provides", ())]
         raise ConfigError("task.split", "temporal", f"random, or a dataset with edge times: one of {have} "
                                                     f"('{names['dataset']}' has none)")
+
+
+def check_link_config(top, params: dict, names: dict) -> None:
+    """The rest of the config of a ``task=link`` run, once its components support the task."""
+    if top.task.name != "link":
+        return
     algo = params["algorithm"]
     if getattr(algo, "fanouts", None):
         raise ConfigError("algorithm.fanouts", algo.fanouts, "null with task=link (each step scores the client's "

@@ -41,12 +41,16 @@ class LinkModel(nn.Module):
         self.decoder = decoder
 
     def forward(self, view) -> torch.Tensor:
-        return self.split_forward(view)[1]
+        return self._forward(view, with_rep=False)[1]
 
     def split_forward(self, view) -> tuple[torch.Tensor, torch.Tensor]:
         """(the representation of every labelled pair's source under the encoder's last layer, the pair's
         [0, s] row). In training, with ``task.resample``, the training negatives get fresh destinations
-        (fgx/link/split.py: fresh_pairs)."""
+        (fgx/link/split.py: fresh_pairs), and only the training rows are computed (the others are zero: a
+        training step reads no other)."""
+        return self._forward(view, with_rep=True)
+
+    def _forward(self, view, with_rep: bool) -> tuple[torch.Tensor | None, torch.Tensor]:
         enc = self.encoder          # its forward, layer by layer (the contract of fgx/models/base.py)
         state = enc.encode(view)
         h, e = state["h"], state["e"]
@@ -55,10 +59,16 @@ class LinkModel(nn.Module):
             h = enc.activate(i, pre)
         z = enc.head(h, e, view.edge_index, view)
         redraw = self.training and getattr(view, "link_redraw", None) is not None
-        u, v = fresh_pairs(view) if redraw else view.link_index
+        pairs = fresh_pairs(view) if redraw else view.link_index
+        rows = view.link_train_mask.nonzero().view(-1) if self.training else None
+        u, v = pairs if rows is None else pairs[:, rows]
         pair = z[u] * z[v]
         s = pair.sum(-1) if self.decoder is None else self.decoder(pair)
-        return h[u], torch.stack([torch.zeros_like(s), s], 1)
+        rep = h[u] if with_rep else None
+        if rows is not None:
+            s = s.new_zeros(pairs.size(1)).index_put((rows,), s)
+            rep = rep.new_zeros(pairs.size(1), rep.size(1)).index_put((rows,), rep) if with_rep else None
+        return rep, torch.stack([torch.zeros_like(s), s], 1)
 
     def layer_prefixes(self) -> list[str]:
         enc = [f"encoder.{p}" for p in self.encoder.layer_prefixes()]

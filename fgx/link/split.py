@@ -150,12 +150,12 @@ def client_graph(c, data, task, seed: int):
     forbidden = torch.unique(torch.cat([known[0] * n + known[1], known[1] * n + known[0]]))
     held_pairs, held_split = remap[ce[:, held]], cross_split[held]
 
+    positives = {s: torch.cat([internal[:, internal_split == CODE[s]], held_pairs[:, held_split == CODE[s]]], 1)
+                 for s in SPLITS}
+    mp = torch.cat([positives["train"], positives["train"].flip(0)], 1)   # message passing: training positives only
     pairs, labels, masks, counts = [], [], {s: [] for s in SPLITS}, {}
-    mp = None
     for s in SPLITS:
-        pos = torch.cat([internal[:, internal_split == CODE[s]], held_pairs[:, held_split == CODE[s]]], 1)
-        if s == "train":
-            mp = torch.cat([pos, pos.flip(0)], 1)           # message passing: training positives only
+        pos = positives[s]
         m = task.train_negatives if s == "train" else task.eval_negatives
         dst, ok = corrupt_destinations(pos[0], m, n, forbidden, g)
         pos, dst = pos[:, ok], dst[ok]
@@ -194,6 +194,14 @@ def fresh_pairs(view) -> torch.Tensor:
     return pairs
 
 
+def in_sorted(keys: torch.Tensor, sorted_keys: torch.Tensor) -> torch.Tensor:
+    """Whether each key is in ``sorted_keys`` (a binary search: torch.isin sorts both sides every call)."""
+    if sorted_keys.numel() == 0:
+        return torch.zeros_like(keys, dtype=torch.bool)
+    at = torch.searchsorted(sorted_keys, keys).clamp(max=sorted_keys.numel() - 1)
+    return sorted_keys[at] == keys
+
+
 def corrupt_destinations(src: torch.Tensor, m: int, n: int, forbidden: torch.Tensor,
                          g: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
     """``m`` destinations per source in [0, n), none a self-loop nor a pair in ``forbidden`` (sorted keys
@@ -201,13 +209,13 @@ def corrupt_destinations(src: torch.Tensor, m: int, n: int, forbidden: torch.Ten
     whether the source had any non-neighbour)."""
     s = src.repeat_interleave(m)
     dst = torch.randint(n, (s.numel(),), generator=g) if n > 0 else torch.zeros(0, dtype=torch.long)
-    bad = (dst == s) | torch.isin(s * n + dst, forbidden)
+    bad = (dst == s) | in_sorted(s * n + dst, forbidden)
     for _ in range(MAX_TRIES):
         idx = bad.nonzero().view(-1)
         if idx.numel() == 0:
             break
         dst[idx] = torch.randint(n, (idx.numel(),), generator=g)
-        bad[idx] = (dst[idx] == s[idx]) | torch.isin(s[idx] * n + dst[idx], forbidden)
+        bad[idx] = (dst[idx] == s[idx]) | in_sorted(s[idx] * n + dst[idx], forbidden)
     ok = torch.ones(src.numel(), dtype=torch.bool)
     for i in bad.nonzero().view(-1).tolist():             # a source adjacent to almost every node: exactly
         u = int(s[i])

@@ -72,7 +72,7 @@ def test_temporal_link_prediction_runs_and_learns_on_the_generated_graph(run_fgx
                   "rounds=10", "eval_every=10", "output.progress=off")
     s = json.loads((run / "summary.json").read_text())
     assert s["data"]["link_split"] == "temporal" and s["data"]["link_test_pairs"] == 500
-    assert s["final"]["auc"] > 0.6, s["final"]
+    assert s["final"]["roc_auc"] > 0.6, s["final"]
 
 
 def test_temporal_split_needs_a_dataset_with_edge_times(run_fgx, data_root):

@@ -18,8 +18,8 @@ def summary(run_dir: Path) -> dict:
 
 def test_link_on_cora_runs_offline_and_reports_auc_hits_mrr(run_fgx, data_root):
     s = summary(run_fgx(*CORA, "algorithm=fedavg", f"data_dir={data_root}"))
-    assert s["status"] == "completed" and s["data"]["task"] == "link" and s["main_metric"] == "auc"
-    assert set(s["final"]) == {"auc", "mrr", "hits@10", "hits@50"} and set(s["final_global"]) == set(s["final"])
+    assert s["status"] == "completed" and s["data"]["task"] == "link" and s["main_metric"] == "roc_auc"
+    assert set(s["final"]) == {"roc_auc", "mrr", "hits@10", "hits@50"} and set(s["final_global"]) == set(s["final"])
     assert set(s["sampling_se"]) == set(s["final"]) and all(v > 0 for v in s["sampling_se"].values())
     assert s["data"]["link_source_task"] == "node" and s["data"]["link_cross_client"] == "exclude"
     part = json.loads((Path(s["run_dir"]) / "partition.json").read_text())
@@ -51,9 +51,11 @@ def test_hits_and_mrr_equal_ogb_evaluator_on_the_same_scores():
         mrr = Evaluator("ogbl-citation2").eval({"y_pred_pos": pos, "y_pred_neg": neg})["mrr_list"].mean().item()
         assert ours["mrr"] == pytest.approx(mrr, abs=1e-6), trial
         y = torch.cat([torch.ones(k), torch.zeros(k * m)])
-        assert ours["auc"] == pytest.approx(roc_auc_score(y, torch.cat([pos, neg.reshape(-1)])), abs=1e-12)
+        assert ours["roc_auc"] == pytest.approx(roc_auc_score(y, torch.cat([pos, neg.reshape(-1)])), abs=1e-12)
     small = link_metrics(torch.tensor([0.5]), torch.tensor([[0.1, 0.9]]), [10])    # fewer negatives than K: OGB's 1
     assert small["hits@10"] == 1.0 and small["mrr"] == 0.5
+    diverged = link_metrics(torch.tensor([float("nan"), 1.0]), torch.zeros(2, 3), [10])   # not MRR 1 and AUC 0
+    assert all(v != v for v in diverged.values())
 
 
 def test_pos_neg_reads_predict_rows_positives_first():
@@ -179,7 +181,7 @@ LEARN = {"local": [], "fedavg": [], "fedprox": ["algorithm.mu=0.01"], "fedper": 
 def test_each_method_learns_link_prediction_on_cora(run_fgx, data_root, algo):
     s = summary(run_fgx("task=link", "dataset=cora", "partitioner.num_clients=5", "rounds=12", "eval_every=12",
                         "output.progress=off", f"algorithm={algo}", *LEARN[algo], f"data_dir={data_root}"))
-    assert s["final"]["auc"] > 0.7, (algo, s["final"])
+    assert s["final"]["roc_auc"] > 0.7, (algo, s["final"])
     assert s["final"]["mrr"] > 0.15, (algo, s["final"])
 
 
@@ -198,8 +200,8 @@ def test_other_methods_refuse_task_link_naming_the_allowed_ones(run_fgx, data_ro
                                                               "with task=link"),
     (["task.split=temporal"], "task.split='temporal' is not allowed; allowed: random, or a dataset with edge times"),
     (["metrics=[accuracy]"], "metrics=['accuracy'] is not allowed; allowed: null with task=link (its metrics are "
-                             "['auc', 'mrr', 'hits@10', 'hits@50'])"),
-    (["task.main_metric=hits@20"], "task.main_metric='hits@20' is not allowed; allowed: one of ['auc', 'mrr', "
+                             "['roc_auc', 'mrr', 'hits@10', 'hits@50'])"),
+    (["task.main_metric=hits@20"], "task.main_metric='hits@20' is not allowed; allowed: one of ['roc_auc', 'mrr', "
                                    "'hits@10', 'hits@50']"),
     (["task.val=0.5", "task.test=0.5"], "task.test=0.5 is not allowed; allowed: < 0.5"),
     (["eval.subset=100"], "eval.subset=100 is not allowed; allowed: null with task=link"),

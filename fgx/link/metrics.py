@@ -1,7 +1,7 @@
 """Link-prediction metrics of one client's split (or of all clients' pooled), OGB's definitions
 (ogb.linkproppred.Evaluator; tests/test_link_task.py checks them against it on the same scores):
 
-- ``auc``: ROC-AUC of the positives against all negatives (fgx.metrics' Mann-Whitney form, ties averaged);
+- ``roc_auc``: ROC-AUC of the positives against all negatives (fgx.metrics' Mann-Whitney form, ties averaged);
 - ``mrr``: each positive ranked among its own negatives (the same source, other destinations), ties at
   the mean of the optimistic and pessimistic rank (OGB's citation2/wikikg2 MRR);
 - ``hits@K``: the share of positives scoring strictly above the K-th highest of all the split's negatives
@@ -16,12 +16,12 @@ from fgx.metrics import _binary_auc
 
 
 def link_metrics(pos: torch.Tensor, neg: torch.Tensor, hits_k: list[int]) -> dict[str, float]:
-    names = ["auc", "mrr"] + [f"hits@{k}" for k in hits_k]
-    if pos.numel() == 0:
-        return {m: float("nan") for m in names}
+    names = ["roc_auc", "mrr"] + [f"hits@{k}" for k in hits_k]
     pos, neg = pos.double().view(-1), neg.double().view(pos.numel(), -1)
+    if pos.numel() == 0 or not (torch.isfinite(pos).all() and torch.isfinite(neg).all()):
+        return {m: float("nan") for m in names}     # no positive, or a diverged model: no score
     flat = neg.reshape(-1)
-    out = {"auc": _binary_auc(torch.cat([pos, flat]),
+    out = {"roc_auc": _binary_auc(torch.cat([pos, flat]),
                               torch.cat([torch.ones_like(pos, dtype=torch.bool), torch.zeros_like(flat, dtype=torch.bool)]))}
     optimistic = (neg > pos[:, None]).sum(1)
     pessimistic = (neg >= pos[:, None]).sum(1)

@@ -45,8 +45,8 @@ class TaskParams:
     decoder_layers: int = field(default=2, metadata=_meta("mlp decoder: linear layers", min=1))
     hits_k: list[int] = field(default_factory=lambda: [10, 50], metadata=_meta(
         "K of Hits@K (a positive counts when it scores above the K-th highest negative of its client's split)", min=1))
-    main_metric: str = field(default="auc", metadata=_meta(
-        "the metric that picks the best round: auc, mrr or hits@K with K in hits_k"))
+    main_metric: str = field(default="roc_auc", metadata=_meta(
+        "the metric that picks the best round: roc_auc, mrr or hits@K with K in hits_k"))
 
     def validate(self, prefix: str) -> None:
         if self.name is None:
@@ -60,4 +60,4 @@ class TaskParams:
             raise ConfigError(f"{prefix}.main_metric", self.main_metric, f"one of {allowed}")
 
     def metric_names(self) -> list[str]:
-        return ["auc", "mrr"] + [f"hits@{k}" for k in self.hits_k]
+        return ["roc_auc", "mrr"] + [f"hits@{k}" for k in self.hits_k]

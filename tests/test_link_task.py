@@ -58,6 +58,29 @@ def test_hits_and_mrr_equal_ogb_evaluator_on_the_same_scores():
     assert all(v != v for v in diverged.values())
 
 
+@pytest.mark.parametrize("ties, limit", [(False, 4096), (True, 4096), (True, 0)])
+def test_the_bootstrap_scores_each_resample_as_link_metrics_does(ties, limit, monkeypatch):
+    """resampled_metrics weighs positives by how often a resample draws them; each resample's values must
+    equal link_metrics on that resample written out (positives repeated with their rows of negatives)."""
+    import fgx.link.evaluate as ev
+    from fgx.link.evaluate import resampled_metrics
+    from fgx.link.metrics import link_metrics
+
+    monkeypatch.setattr(ev, "PAIRWISE_LIMIT", limit)       # 0: the one-resample-at-a-time ROC-AUC
+
+    g = torch.Generator().manual_seed(1)
+    pos, neg = torch.randn(30, generator=g).double() + 0.8, torch.randn(30, 7, generator=g).double()
+    if ties:
+        pos, neg = (pos * 2).round(), (neg * 2).round()
+    idx = torch.randint(30, (12, 30), generator=g)
+    weights = torch.zeros(12, 30, dtype=torch.double).scatter_add_(1, idx, torch.ones(12, 30, dtype=torch.double))
+    got = resampled_metrics(pos, neg, weights, [1, 5, 50])
+    for r in range(12):
+        want = link_metrics(pos[idx[r]], neg[idx[r]], [1, 5, 50])
+        for m, v in want.items():
+            assert got[m][r].item() == pytest.approx(v, abs=1e-12), (r, m)
+
+
 def test_pos_neg_reads_predict_rows_positives_first():
     from fgx.link.metrics import pos_neg
 

@@ -43,13 +43,13 @@ GCFL's), so the accuracies are each tool's own backbone under one protocol; accu
 clients' test graphs.
 
 Link level (``--scenario link``, issue #71): real Cora, the same 10 Louvain clients, link prediction (fgx
-``task=link``, OpenFGL's ``link_pred``) with FedAvg, FedProx and Local on both sides' 2-layer GCN (hidden 64,
-dropout 0.5) and the dot product of node embeddings; cross-client edges are left out (OpenFGL's subgraphs hold
+``task=link``, OpenFGL's ``link_pred``) with FedAvg, FedProx and Local, the dot product of GCN node embeddings; cross-client edges are left out (OpenFGL's subgraphs hold
 internal edges only), one negative per training positive drawn once (OpenFGL's protocol: fgx
 ``task.resample=false``), 1 local step per round. By default (``--link-split fgx``) fgx's split of every
 client's pairs is written as OpenFGL's link_pred files, so both tools train and score the same pairs; the
-metric is the test ROC-AUC pooled over all clients' test pairs. OpenFGL's embedding is its first layer's
-ReLU output (its second layer computes logits the link loss never reads), fgx's the second layer's output.
+metric is the test ROC-AUC pooled over all clients' test pairs. OpenFGL's embedding is its GCN's first layer
+after ReLU and dropout (its second layer computes class logits the link loss never reads); fgx runs one
+GCNConv layer of 64 (``model.layers=1 model.classifier=none``: the same layer, without the ReLU).
 ``--link-split openfgl`` lets OpenFGL draw its own split instead and reports how many of its test positives
 sit in the graph it trains and scores on (its 1.1.0 split builds that graph from ``edge_index[:, ids]`` with ids
 that index its de-duplicated pair list; measured in the run, ``test_positives_in_graph``)."""
@@ -95,8 +95,10 @@ def fgx_graph_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list
 
 def fgx_link_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
     """Link level: OpenFGL's link_pred protocol (task/link_pred.py): 80/10/10 pairs, a fixed 1:1 training
-    negative, the dot product of GCN embeddings (2 GCNConv layers, hidden 64, dropout 0.5)."""
-    gcn = ["model=gcn", "model.classifier=none", "model.layers=2", "model.hidden=64", "model.dropout=0.5"]
+    negative, the dot product of node embeddings. OpenFGL's embedding is its GCN's first layer (64 wide, then
+    ReLU and dropout; its second layer's class logits are never read by the link loss): fgx's one GCNConv
+    layer of 64 outputs (no ReLU after it) is the nearest."""
+    gcn = ["model=gcn", "model.classifier=none", "model.layers=1", "model.hidden=64", "model.dropout=0.5"]
     return ["task=link", "dataset=cora", f"data_dir={a.data_dir}", "partitioner=file", f"partitioner.path={clients_file}",
             f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
             "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1",

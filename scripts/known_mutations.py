@@ -658,6 +658,21 @@ MUTATIONS = [
       "noise = self._noise(vals, p.sigma0)", "noise = self._noise(vals, p.sigma0 / 2)",
       ["tests/test_dp_audit.py::test_audit_of_the_correct_implementation_stays_below_its_claim"],
       "metric_dp: embedding noise of half the std its accountant assumes"),
+    M("link_heldout_pairs_in_message_passing", "fgx/link/split.py",
+      'mp = torch.cat([positives["train"], positives["train"].flip(0)], 1)',
+      'mp = torch.cat([torch.cat(list(positives.values()), 1), torch.cat(list(positives.values()), 1).flip(0)], 1)',
+      ["tests/test_link_task.py::test_negatives_are_never_edges_and_only_training_positives_pass_messages[exclude]"],
+      "link task: validation and test positives in the message-passing graph"),
+    M("link_negatives_ignore_heldout_pairs", "fgx/link/split.py",
+      "known = torch.cat([internal, remap[ce[:, visible]]], 1)",
+      "known = torch.cat([internal[:, internal_split == 0], remap[ce[:, visible]]], 1)",
+      ["tests/test_link_task.py::test_negatives_are_never_edges_and_only_training_positives_pass_messages[exclude]"],
+      "link task: negatives drawn against the training edges only (a test positive can be a negative)"),
+    M("link_fresh_negatives_unchecked", "fgx/link/split.py",
+      "corrupt_destinations(pairs[0, at], 1, view.num_nodes, view.link_forbidden, None)",
+      "corrupt_destinations(pairs[0, at], 1, view.num_nodes, view.link_forbidden[:0], None)",
+      ["tests/test_link_task.py::test_negatives_are_never_edges_and_only_training_positives_pass_messages[exclude]"],
+      "link task: a training step's fresh negatives may be edges"),
 ]
 
 

@@ -24,7 +24,7 @@ class FedAvgParams(LocalTrainParams):
     weighting: str = field(default="train_items", metadata=spec(choices=["train_items", "uniform"]))
 
 
-@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph", "link"))
 class FedAvg(Algorithm):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
     down, up = "global_weights", "update"     # the kinds of the round's two messages (FedPer: its base's)

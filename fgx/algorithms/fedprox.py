@@ -31,7 +31,7 @@ class Proximal(Objective):
                                    for n, w in params.items() if n in self.anchor)
 
 
-@ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge", "graph", "link"))
 class FedProx(FedAvg):
     objective = Proximal
 

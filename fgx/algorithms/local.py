@@ -8,7 +8,7 @@ from fgx.federation.client import LocalTrainParams, Objective, make_client_state
 from fgx.registry import ALGORITHMS
 
 
-@ALGORITHMS.register("local", params=LocalTrainParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("local", params=LocalTrainParams, tasks=("node", "edge", "graph", "link"))
 class Local(Algorithm):
     messages = {}
     has_local_models = True

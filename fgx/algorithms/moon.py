@@ -72,7 +72,7 @@ class Contrastive(RepresentationObjective):
         state.prev_weights = flat_params(state.model)
 
 
-@ALGORITHMS.register("moon", params=MoonParams, tasks=("node", "graph"))
+@ALGORITHMS.register("moon", params=MoonParams, tasks=("node", "graph", "link"))
 class Moon(FedAvg):
     objective = Contrastive
     client_state = MoonClient

@@ -39,7 +39,8 @@ def check_setting(params, validated, algo: str) -> None:
 
 def split_forward(model: nn.Module, view) -> tuple[torch.Tensor, torch.Tensor]:
     """(representation, logits): the input of the model's last linear map, without the dropout the
-    head applies to it in training, and the model's output. ``logits`` equals ``model(view)``.
+    head applies to it in training, and the model's output. ``logits`` equals ``model(view)``. A model
+    that defines its own ``split_forward`` (the link task's pair model, fgx/link/model.py) is read through it.
 
     Args:
         model: a NodeGNN with a linear classifier, or a GraphGNN.
@@ -47,6 +48,9 @@ def split_forward(model: nn.Module, view) -> tuple[torch.Tensor, torch.Tensor]:
             ``graph`` [n], the graph of each node).
     Returns:
         (rep [m, d], logits [m, C]): m = n nodes, or the view's graphs on graph tasks."""
+    own = getattr(model, "split_forward", None)
+    if own is not None:
+        return own(view)
     node = isinstance(model, NodeGNN) and model.classifier is not None
     if not (node or isinstance(model, GraphGNN)):
         raise ConfigError("model.name", type(model).__name__,

@@ -60,7 +60,7 @@ class Corrected(Objective):
         return {k: ci_new[k] - ci[k] for k in c}
 
 
-@ALGORITHMS.register("scaffold", params=ScaffoldParams, tasks=("node", "graph"))
+@ALGORITHMS.register("scaffold", params=ScaffoldParams, tasks=("node", "graph", "link"))
 class Scaffold(FedAvg):
     """FedAvg's round with SCAFFOLD's client objective (``Corrected``), the control updates beside the
     model updates (``aggregate``) and the server step x + η_g·mean Δy (``server_update``)."""

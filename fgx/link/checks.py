@@ -39,8 +39,9 @@ def check_link_config(top, params: dict, names: dict) -> None:
     """The rest of the config of a ``task=link`` run, once its components support the task."""
     if top.task.name != "link":
         return
+    from fgx.federation.client import LocalTrainParams
     algo = params["algorithm"]
-    if getattr(algo, "fanouts", None):
+    if isinstance(algo, LocalTrainParams) and algo.fanouts:
         raise ConfigError("algorithm.fanouts", algo.fanouts, "null with task=link (each step scores the client's "
                                                              "pairs on its whole training graph)")
     if top.metrics is not None:

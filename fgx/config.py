@@ -291,7 +291,7 @@ def validate(cfg: DictConfig) -> Validated:
 
     check_link_dataset(top, names, entries)
     _check_tasks(names, entries, run_task(top, entries))
-    check_link_config(top, params, names)
+    check_link_config(top, names, container["algorithm"])
     if entries["dataset"].meta.get("task") == "graph" and getattr(params["algorithm"], "fanouts", None):
         raise ConfigError("algorithm.fanouts", params["algorithm"].fanouts, "null for the graph task (each step runs "
                           "on the client's whole graphs; the sampler draws node neighbourhoods)")

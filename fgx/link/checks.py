@@ -35,15 +35,15 @@ def check_link_dataset(top, names: dict, entries: dict) -> None:
                                                     f"('{names['dataset']}' has none)")
 
 
-def check_link_config(top, params: dict, names: dict) -> None:
-    """The rest of the config of a ``task=link`` run, once its components support the task."""
+def check_link_config(top, names: dict, algorithm_node: dict) -> None:
+    """The rest of the config of a ``task=link`` run, once its components support the task
+    (``algorithm_node``: the composed config's algorithm group)."""
     if top.task.name != "link":
         return
-    from fgx.federation.client import LocalTrainParams
-    algo = params["algorithm"]
-    if isinstance(algo, LocalTrainParams) and algo.fanouts:
-        raise ConfigError("algorithm.fanouts", algo.fanouts, "null with task=link (each step scores the client's "
-                                                             "pairs on its whole training graph)")
+    fanouts = algorithm_node.get("fanouts")
+    if fanouts:
+        raise ConfigError("algorithm.fanouts", fanouts, "null with task=link (each step scores the client's "
+                                                        "pairs on its whole training graph)")
     if top.metrics is not None:
         raise ConfigError("metrics", top.metrics, f"null with task=link (its metrics are {top.task.metric_names()})")
     if top.main_metric is not None and top.main_metric not in top.task.metric_names():

@@ -29,7 +29,7 @@ from fgx.report.runs import IGNORED_OVERRIDES, Run
 # summary.json keys a record keeps (per-client lists and run-directory paths stay in the run directory)
 SUMMARY_KEYS = ("status", "main_metric", "final", "best", "best_client", "privacy", "unlearning", "total_bytes",
                 "wall_time_s", "train_time_s", "peak_rss_mb", "seed", "components", "data", "config_sha",
-                "sampling_se", "rounds")
+                "sampling_se", "sampling", "rounds")
 PROVENANCE_KEYS = ("command", "launched_by", "commit", "dirty", "date", "machine", "code")
 _DROP_NESTED = {"best": ("per_client",), "best_client": ("rounds",)}
 

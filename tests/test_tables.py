@@ -30,8 +30,10 @@ output: {checkpoint: false, progress: "off"}
 table:
   gnn: {hidden: 16, lr: 0.01, weight_decay: 5.0e-4}
   tune:
-    seeds: [0]
+    seeds: [0, 1]
     select: best
+    max_grow: 0                     # two points and no growth (test_tune_grows_... grows a grid)
+    bounds: {algorithm.lr: [0.01, 0.05]}
     grid:
       default:
         algorithm.lr: {times: [1.0, 5.0]}
@@ -286,6 +288,62 @@ def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, cap
     plan = json.loads(json.dumps(__import__("fgx.tables.tune", fromlist=["tune"]).tune(
         tiny / "conf", "tiny", dry_run=True)))
     assert plan["methods"]["local_gcn"]["grid"]["algorithm.lr"] == [0.01, 0.05]
+
+
+def test_a_grid_grows_past_an_open_edge_until_its_choice_is_interior(tiny, monkeypatch, capsys):
+    """`fgx tune`: a choice at an open edge grows the grid by the ratio of its two outermost values (the
+    validation score here peaks at lr 0.2: 0.01, 0.05 -> 0.25 -> 1.25, where 0.25 is interior); a choice
+    still at an open edge after max_grow steps is recorded and fails the equal-effort check; one seed is
+    refused."""
+    import math
+
+    from fgx.tables import tune as tune_mod
+    from fgx.tables.run import record_result
+
+    calls = []
+
+    def fake_grid(name, m, g, points, spec, out, command, overrides, earlier=None):
+        calls.append([p["algorithm.lr"] for p in points])
+        peak = 0.2 if m == "local_gcn" else 100.0
+        trials = [{"values": p, "val": -math.log(p["algorithm.lr"] / peak) ** 2, "seeds": [0, 1]} for p in points]
+        return trials, max((earlier or []) + trials, key=lambda t: t["val"]), []
+
+    monkeypatch.setattr(tune_mod, "_run_grid", fake_grid)
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(TINY_TABLE.replace("    max_grow: 0 ", "    max_grow: 2 ").replace(
+        "    bounds: {algorithm.lr: [0.01, 0.05]}\n", ""))
+    assert main(["tune", "tiny", "--out", str(tiny / "tune")]) == 0
+    rec = json.loads((tiny / "results" / "tiny.tune.json").read_text())["methods"]
+    local, fedavg = rec["local_gcn"], rec["fedavg_gcn"]
+    assert calls[:3] == [[0.01, 0.05], [0.25], [1.25]]
+    assert local["chosen"] == {"algorithm.lr": 0.25} and local["open_edges"] == [] and local["base_points"] == 2
+    assert [t["values"]["algorithm.lr"] for t in local["trials"]] == [0.01, 0.05, 0.25, 1.25]
+    assert [gr["keys"] for gr in local["grown"]] == [["algorithm.lr"], ["algorithm.lr"]]
+    # a peak beyond the grid's reach: still at the open edge after two steps, and the check says so
+    assert fedavg["chosen"] == {"algorithm.lr": 1.25} and fedavg["open_edges"] == ["algorithm.lr"]
+    assert "0.25" in (tiny / "conf" / "tuned" / "tiny" / "local_gcn.yaml").read_text()
+    targets = tiny / "conf" / "targets" / "tiny.yaml"
+    targets.write_text(TINY_TARGETS.replace("effort: authors", "effort: tuned"))
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
+    c = next(c for c in record_result(tiny / "conf", "tiny", check_stale=False).checks if c.what == "equal effort")
+    assert c.ok is False and c.fgx.endswith("grows the grid): fedavg_gcn algorithm.lr")
+    f.write_text(TINY_TABLE.replace("seeds: [0, 1]", "seeds: [0]"))
+    assert main(["tune", "tiny", "--dry-run"]) == 2 and "at least 2 seeds" in capsys.readouterr().err
+
+
+def test_open_edges_and_growth_respect_physical_bounds_and_integer_knobs():
+    from fgx.tables.tune import Grid, grow, open_edges
+
+    g = Grid(["algorithm.lr", "algorithm.weight_decay", "model.K", "model.dropout"],
+             [[0.01, 0.05], [0.0, 5e-4], [3, 5, 7], [0.5, 1.0]], "default")
+    assert open_edges(g, {"algorithm.lr": 0.01, "algorithm.weight_decay": 0.0, "model.K": 5, "model.dropout": 1.0}) \
+        == ["algorithm.lr"]                       # 0 and a dropout of 1 are physical bounds; K 5 is interior
+    assert open_edges(g, {"algorithm.lr": 0.05, "algorithm.weight_decay": 5e-4, "model.K": 7, "model.dropout": 0.5},
+                      {"model.K": [None, 7]}) == ["algorithm.lr", "algorithm.weight_decay", "model.dropout"]
+    grown = grow(g, {"algorithm.lr": 0.01, "algorithm.weight_decay": 5e-4, "model.K": 7, "model.dropout": 0.5},
+                 ["algorithm.lr", "algorithm.weight_decay", "model.K", "model.dropout"])
+    assert grown.values == [[0.002, 0.01, 0.05], [0.0, 5e-4, 0.0025], [3, 5, 7, 10], [0.25, 0.5, 1.0]]
+    assert open_edges(Grid(["a"], [[1.0]], ""), {"a": 1.0}) == []     # one value: not a searched knob
 
 
 def test_tuned_rows_must_run_their_tuned_values_and_may_take_them_from_a_sibling_table(tiny, capsys):

@@ -173,6 +173,32 @@ def record_runs(record: dict) -> list[Run]:
                 dict(e["overrides"]), e["summary"]) for i, e in enumerate(record.get("runs", []))]
 
 
+def data_staleness(record: dict, data_root: Path) -> tuple[list[str], str | None]:
+    """(data files that changed since the record's runs read them, a note on runs whose data cannot be
+    told). Runs recorded before data fingerprints, or whose files are not under ``data_root`` here, are
+    unknown: said, never stale by themselves (every earlier record would otherwise be)."""
+    from fgx.provenance import data_changes
+
+    changed, unknown = [], {}
+    for e in record.get("runs", []):
+        got, why = data_changes((e.get("code") or {}).get("data"), data_root)
+        changed += [c for c in got if c not in changed]
+        if why:
+            unknown[why] = unknown.get(why, 0) + 1
+    note = "; ".join(f"{n} run(s): {why}" for why, n in sorted(unknown.items())) if unknown else None
+    return changed, (f"Data files: unknown for {note}." if note else None)
+
+
+def kernel_sets(record: dict) -> list[str]:
+    """The CPU kernel sets the record's runs ran with (``machine.kernels``; older runs: unknown)."""
+    out = set()
+    for e in record.get("runs", []):
+        k = (e.get("code") or {}).get("kernels") or (e.get("machine") or {}).get("kernels")
+        out.add(f"{k.get('torch')} / {', '.join(k.get('blas') or []) or 'BLAS not named'}" if isinstance(k, dict)
+                else "unknown (recorded before kernels were kept)")
+    return sorted(out)
+
+
 def code_staleness(record: dict) -> list[str]:
     """What changed since the record's runs were made: per source file or library, named once. A run
     without a code fingerprint (recorded before fgx kept one) makes the record stale as well."""

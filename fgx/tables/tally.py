@@ -28,22 +28,50 @@ def decision(res) -> str:
         res.stale = stale
 
 
-def tally(conf: Path, commit: str | None = None) -> dict:
+def tally(conf: Path, commit: str | None = None, results: dict | None = None) -> dict:
+    """Every table's status, decision and orderings (``results``: {name: ReproResult} already computed)."""
     from fgx.provenance import _git
     from fgx.tables.run import record_result
     from fgx.tables.spec import load_targets, table_names
 
     tables = {}
     for name in table_names(conf):
-        res = record_result(conf, name, load_targets(conf, name))
+        res = (results or {}).get(name) or record_result(conf, name, load_targets(conf, name))
         orderings = [{"what": c.what, "outcome": c.outcome, "fgx": c.fgx} for c in res.checks if is_ordering(c)]
+        others = [{"what": c.what, "kind": getattr(c, "kind", ""), "outcome": c.outcome} for c in res.checks
+                  if not is_ordering(c) and c.outcome not in ("holds", "shown")]
         tables[name] = {"status": res.status, "decision": decision(res) if res.record is not None else res.status,
-                        "stale": bool(res.stale), "orderings": orderings,
+                        "stale": bool(res.stale), "orderings": orderings, "other_checks": others,
                         "counts": {o: sum(x["outcome"] == o for x in orderings) for o in ORDER_OUTCOMES}}
     totals = {o: sum(t["counts"][o] for t in tables.values()) for o in ORDER_OUTCOMES}
     return {"commit": commit or _git("rev-parse", "--short=12", "HEAD"), "orderings": totals,
             "decisions": _count(t["decision"] for t in tables.values()),
             "statuses": _count(t["status"] for t in tables.values()), "tables": tables}
+
+
+def reason_of_change(before: dict, after: dict) -> str:
+    """Why a table's decision changed, from its two tallies: the orderings' outcomes before and after, why
+    the undecided ones are undecided now, and the other checks that no longer hold."""
+    parts = []
+    b, a = before.get("counts", {}), after.get("counts", {})
+    moved = [f"{o} {b.get(o, 0)} → {a.get(o, 0)}" for o in ORDER_OUTCOMES if b.get(o, 0) != a.get(o, 0)]
+    if moved:
+        parts.append("orderings " + ", ".join(moved))
+    why: dict[str, int] = {}
+    for o in after.get("orderings", []):
+        if o["outcome"] == "inconclusive":
+            r = o["fgx"].split("; ", 1)[1] if "; " in o["fgx"] else "?"
+            r = "no evaluation-data term" if r.startswith("no evaluation-data term") else \
+                "not significant after Holm" if r.startswith("not significant after Holm") else r
+            why[r] = why.get(r, 0) + 1
+    if why:
+        parts.append("undecided: " + ", ".join(f"{r} ×{n}" for r, n in sorted(why.items(), key=lambda x: -x[1])))
+    other = sorted({f"{c['what']} {c['outcome']}" for c in after.get("other_checks", [])})
+    if other:
+        parts.append("; ".join(other[:3]) + (f" (+{len(other) - 3})" if len(other) > 3 else ""))
+    if after.get("decision") == "runs as expected":
+        parts.append("no paper value or ordering to test: floors and effort only")
+    return "; ".join(parts) or "—"
 
 
 def _count(values) -> dict:

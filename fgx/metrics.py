@@ -179,6 +179,13 @@ def _distinct(items: torch.Tensor | None, n: int) -> tuple[torch.Tensor, torch.T
     return torch.unique(items.long().cpu(), return_inverse=True)
 
 
+def copy_draws(items: torch.Tensor, reps: int, seed: int = SAMPLING_SEED) -> torch.Tensor:
+    """[reps, copies] how often each replicate of the shared stream draws each copy's item (``items``: each
+    copy's item id): the first ``reps`` draws :func:`bootstrap_replicates` makes on these items."""
+    _, pos = _distinct(items, items.numel())
+    return _resample_counts(torch.Generator().manual_seed(seed), reps, int(pos.max()) + 1)[:, pos]
+
+
 def bootstrap_replicates(scores: torch.Tensor, labels: torch.Tensor, group: torch.Tensor, num_groups: int,
                          num_classes: int, minority: int, names: tuple[str, ...] = CLASSIFICATION,
                          items: torch.Tensor | None = None, reps: int = SAMPLING_REPS, max_items: int = 2_000_000,

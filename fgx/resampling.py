@@ -4,8 +4,8 @@ A table compares two methods on one model state of each run: the final round (``
 chosen on the mean validation score (``best``) or each client's own best validation round
 (``best_client``). Per state and metric a run keeps bootstrap replicates of its test metric over the
 test items (fgx.metrics.bootstrap_replicates). Every run draws them from one stream over its distinct
-test items, identified by their global ids (node, edge or graph of the dataset; a ranking task's user;
-a regression task's test row), so two runs on the same items (two methods of one seed; seeds that share
+test items, identified by their global ids (node, edge or graph of the dataset; a link task's positive pair,
+drawn with its row of negatives; a ranking task's user; a regression task's test row), so two runs on the same items (two methods of one seed; seeds that share
 the split) get the same resamples: replicate b of a minus replicate b of b is a paired resample of their
 difference, and the mean over seeds of those is a joint resample of the seeds' mean difference. An item
 that several clients hold (overlapping partitions, an edge between two clients) is drawn once and
@@ -119,7 +119,13 @@ class StateItems:
 
 
 def _replicates(per_client: list, num_classes: int, minority, names) -> tuple[dict, str | None, int, int]:
-    """Replicates of one state: classification items (scores, labels, ids) or per-item values (ids, {m: v})."""
+    """Replicates of one state: classification items (scores, labels, ids), a link task's pairs
+    (fgx.link.evaluate.LinkItems) or per-item values (ids, {m: v})."""
+    from fgx.link.evaluate import LinkItems, link_replicates
+
+    if isinstance(per_client[0], LinkItems):
+        ids = torch.cat([p.ids for p in per_client])
+        return link_replicates(per_client), split_key(ids), int(torch.unique(ids).numel()), int(ids.numel())
     ids_all = [p[-1] if len(p) == 3 else p[0] for p in per_client]
     known = all(i is not None for i in ids_all)
     group = torch.cat([torch.full((_n(p),), c, dtype=torch.long) for c, p in enumerate(per_client)])

@@ -663,6 +663,15 @@ MUTATIONS = [
       "    known = False",
       ["tests/test_table_stats.py::test_a_run_resamples_its_distinct_items_once_however_many_clients_hold_them"],
       "runs resample client copies, not items"),
+    M("link_pairs_by_position", "fgx/link/evaluate.py",
+      "LinkItems(pos, neg, positive_ids(c.data, split, pos.numel()), tuple(hits_k))",
+      "LinkItems(pos, neg, torch.arange(pos.numel()), tuple(hits_k))",
+      ["tests/test_link_task.py::test_a_link_runs_replicates_pair_its_methods_and_give_an_ordering_its_data_term"],
+      "link runs key their test pairs by position, not by pair: other seeds' pairs read as the same items"),
+    M("link_replicate_scored_over_k", "fgx/link/evaluate.py",
+      'out["mrr"] = weights @ rr / drawn', 'out["mrr"] = weights @ rr / k',
+      ["tests/test_link_task.py::test_link_replicates_draw_each_pair_once_with_its_negatives"],
+      "link replicates: MRR divided by the client's positives, not by the positives a replicate drew"),
 
     # issue #65: the certificate's bound (docs/unlearning.md, Theorems 1-2), the attacks, the audits
     M("certificate_default_is_papers_estimate", "fgx/unlearning/scalegun.py",

@@ -559,3 +559,51 @@ def test_a_family_row_may_declare_its_own_effort(tmp_path):
     first, second = load_targets(conf, "row1"), load_targets(conf, "row2")
     assert first["effort"] == "authors" and first["sources"] == {"a": "the authors", "b": "the authors"}
     assert second["effort"] == "tuned" and "sources" not in second and second["item"] == "two"
+
+
+def test_the_reproduction_doc_counts_decisions_before_and_after_from_the_tally_and_the_records(tiny, monkeypatch):
+    """docs/REPRODUCTION.md's before/after section is computed: the before counts from the committed tally
+    (results/decisions_before_64.json), the now counts from the records, and each table whose decision or
+    orderings changed with the reason the two tallies give (a record made again, its runs and seeds, the
+    orderings' outcomes); a change to the before tally or to a record changes the section."""
+    import copy
+
+    from fgx.tables.docs import BEFORE, before_after
+    from fgx.tables.tally import reason_of_change, tally
+
+    monkeypatch.setattr("fgx.tables.spec.table_names", lambda conf: ["tiny"])   # the tally over the tiny table
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
+    now = tally(tiny / "conf", commit="now")
+    assert list(now["tables"]) == ["tiny"] and now["tables"]["tiny"]["seeds"] == 2 and now["tables"]["tiny"]["runs"] == 4
+    before = copy.deepcopy(now)
+    before.update(commit="then", orderings={"holds": 7, "fails": 3, "inconclusive": 2})
+    before["tables"]["tiny"].update(decision="not reproduced", seeds=1, runs=2, record="0123456789ab",
+                                    counts={"holds": 0, "fails": 1, "inconclusive": 0})
+    path = tiny / "results" / Path(BEFORE).name
+
+    def section(b: dict) -> str:
+        path.write_text(json.dumps(b))
+        return "\n".join(before_after(tiny / "conf", {}))
+
+    text = section(before)
+    fmt = lambda c: f"{c['holds']} holds, {c['fails']} fails, {c['inconclusive']} inconclusive"
+    assert f"commit then, `{BEFORE}`) 7 holds, 3 fails, 2 inconclusive; now {fmt(now['orderings'])}." in text
+    row = next(line for line in text.splitlines() if line.startswith("| `tiny` |"))
+    t = now["tables"]["tiny"]
+    assert row.startswith(f"| `tiny` | not reproduced | {t['decision']} | recorded again (runs 2 → 4, seeds 1 → 2)")
+    assert ("fails 1 → 0" in row) == (t["counts"]["fails"] == 0)
+    before["orderings"]["holds"] = 8                                   # the before tally changes
+    assert "8 holds, 3 fails" in section(before)
+    same = copy.deepcopy(now)                                          # nothing changed: no row
+    assert not any(line.startswith("| `tiny` |") for line in section(same).splitlines())
+    rec = _record(tiny)                                                # a record changes: the now side follows
+    for e in rec["runs"]:
+        e["summary"]["best"]["test"]["accuracy"] = 0.9 if e["overrides"]["method"] == "local_gcn" else 0.3
+        e["date"] = "2030-01-01"
+    (tiny / "results" / "tiny.json").write_text(json.dumps(rec))
+    changed = section(same)
+    row = next(line for line in changed.splitlines() if line.startswith("| `tiny` |"))
+    new = tally(tiny / "conf", commit="x")["tables"]["tiny"]
+    assert new["counts"]["fails"] == 1 and t["counts"]["fails"] == 0 and new["decision"] == "not reproduced"
+    assert row == f"| `tiny` | {t['decision']} | not reproduced | {reason_of_change(t, new)} |"
+    assert reason_of_change(t, new).startswith("recorded again (runs 4 → 4, 2 seeds); orderings fails 0 → 1")

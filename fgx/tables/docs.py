@@ -81,7 +81,9 @@ def before_after(conf: Path, results: dict) -> list[str]:
 
     from fgx.tables.tally import ORDER_OUTCOMES, reason_of_change, tally
 
-    path = Path(conf).resolve().parent / BEFORE
+    from fgx.tables.records import results_dir
+
+    path = results_dir(Path(conf).resolve()) / Path(BEFORE).name
     if not path.exists():
         return []
     before, now = json.loads(path.read_text()), tally(conf, results=results)
@@ -95,13 +97,16 @@ def before_after(conf: Path, results: dict) -> list[str]:
                                                for s in statuses]), ""]
     rows = []
     for name, t in now["tables"].items():
-        b = before["tables"].get(name)
-        if b is None or b["decision"] == "not yet run" and t["decision"] == "not yet run":
+        b = before["tables"].get(name) or {"decision": "not a table then", "record": None, "seeds": 0, "runs": 0}
+        if b["decision"] in ("not yet run", "not a table then") and t["decision"] == "not yet run":
             continue
-        if b["decision"] != t["decision"] or b["counts"] != t["counts"]:
+        if b["decision"] != t["decision"] or b.get("counts") != t["counts"]:
             rows.append([f"`{name}`", b["decision"], t["decision"], reason_of_change(b, t)])
     if rows:
-        out += ["Tables whose decision or orderings changed, and why:", "",
+        out += ["Tables whose decision or orderings changed, and why (from the two tallies: a record made again, "
+                "with its runs and seeds; the orderings' outcomes; why the undecided ones are undecided now, e.g. "
+                "no evaluation-data term or not significant after Holm's adjustment; the other checks that do not "
+                "hold now):", "",
                 _md(["table", "before", "now", "why"], rows), ""]
     return out
 

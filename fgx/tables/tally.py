@@ -41,7 +41,8 @@ def tally(conf: Path, commit: str | None = None, results: dict | None = None) ->
         others = [{"what": c.what, "kind": getattr(c, "kind", ""), "outcome": c.outcome} for c in res.checks
                   if not is_ordering(c) and c.outcome not in ("holds", "shown")]
         tables[name] = {"status": res.status, "decision": decision(res) if res.record is not None else res.status,
-                        "stale": bool(res.stale), "orderings": orderings, "other_checks": others,
+                        "stale": bool(res.stale), **record_identity(res.record), "orderings": orderings,
+                        "other_checks": others,
                         "counts": {o: sum(x["outcome"] == o for x in orderings) for o in ORDER_OUTCOMES}}
     totals = {o: sum(t["counts"][o] for t in tables.values()) for o in ORDER_OUTCOMES}
     return {"commit": commit or _git("rev-parse", "--short=12", "HEAD"), "orderings": totals,
@@ -49,10 +50,29 @@ def tally(conf: Path, commit: str | None = None, results: dict | None = None) ->
             "statuses": _count(t["status"] for t in tables.values()), "tables": tables}
 
 
+def record_identity(record: dict | None) -> dict:
+    """What runs a table's record holds: its seeds, its runs, and a key of which runs they are (each run's
+    cell, seed and date: a rerun changes it, a spot check, which carries runs over, does not)."""
+    import hashlib
+    import json
+
+    runs = (record or {}).get("runs") or []
+    if not runs:
+        return {"seeds": 0, "runs": 0, "record": None}
+    seeds = {str((r.get("overrides") or {}).get("seed", (r.get("summary") or {}).get("seed"))) for r in runs}
+    cells = sorted(json.dumps([r.get("overrides"), r.get("date")], sort_keys=True, default=str) for r in runs)
+    return {"seeds": len(seeds), "runs": len(runs), "record": hashlib.sha256("\n".join(cells).encode()).hexdigest()[:12]}
+
+
 def reason_of_change(before: dict, after: dict) -> str:
     """Why a table's decision changed, from its two tallies: the orderings' outcomes before and after, why
     the undecided ones are undecided now, and the other checks that no longer hold."""
     parts = []
+    if "record" in before and before.get("record") != after.get("record"):
+        seeds = (f", seeds {before['seeds']} → {after['seeds']}" if before.get("seeds") != after.get("seeds") else
+                 f", {after['seeds']} seeds")
+        parts.append(("recorded again" if before.get("record") else "recorded") +
+                     f" (runs {before.get('runs', 0)} → {after.get('runs', 0)}{seeds})")
     b, a = before.get("counts", {}), after.get("counts", {})
     moved = [f"{o} {b.get(o, 0)} → {a.get(o, 0)}" for o in ORDER_OUTCOMES if b.get(o, 0) != a.get(o, 0)]
     if moved:

@@ -51,7 +51,7 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
     return out
 
 
-def _binary_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
+def binary_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
     """Mann-Whitney U statistic with average ranks for ties (= the area under the ROC curve)."""
     n_pos = int(positive.sum())
     n_neg = positive.numel() - n_pos
@@ -74,8 +74,8 @@ def _roc_auc_ovr(scores: torch.Tensor, y: torch.Tensor, k: int) -> float:
         return float("nan")
     prob = torch.softmax(scores.double(), -1)
     if k == 2:
-        return _binary_auc(prob[:, 1], y == 1)
-    aucs = [_binary_auc(prob[:, c], y == c) for c in range(k)]
+        return binary_auc(prob[:, 1], y == 1)
+    aucs = [binary_auc(prob[:, c], y == c) for c in range(k)]
     if any(a != a for a in aucs):
         return float("nan")   # sklearn refuses OvR AUC when a class is absent from the labels
     return float(sum(aucs) / k)

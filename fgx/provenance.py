@@ -224,9 +224,14 @@ def data_changes(data: dict | None, data_root: Path) -> tuple[list[str], str | N
             else []), None
 
 
+def head_commit() -> str | None:
+    """The checkout's commit, 12 hex digits (None outside a git checkout)."""
+    return _git("rev-parse", "--short=12", "HEAD")
+
+
 def provenance(command: str) -> dict:
     """The command, the commit (and whether fgx/ or conf/ had uncommitted changes), the date, the machine."""
-    commit = _git("rev-parse", "--short=12", "HEAD")
+    commit = head_commit()
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "fgx", "conf") if commit else None
     out = {"command": command, "commit": commit, "dirty": bool(dirty) if dirty is not None else None,
            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine()}

@@ -41,8 +41,8 @@ def cmd_repro(args) -> int:
         if args.tally:
             import json
 
-            from fgx.tables.tally import tally
-            atomic_write_bytes(Path(args.tally), (json.dumps(tally(conf), indent=1, ensure_ascii=False) + "\n").encode())
+            from fgx.tables import tally_tables
+            atomic_write_bytes(Path(args.tally), (json.dumps(tally_tables(conf), indent=1, ensure_ascii=False) + "\n").encode())
             print(f"wrote {args.tally}")
             return 0
         if args.docs:

@@ -30,7 +30,7 @@ def decision(res) -> str:
 
 def tally(conf: Path, commit: str | None = None, results: dict | None = None) -> dict:
     """Every table's status, decision and orderings (``results``: {name: ReproResult} already computed)."""
-    from fgx.provenance import _git
+    from fgx.provenance import head_commit
     from fgx.tables.run import record_result
     from fgx.tables.spec import load_targets, table_names
 
@@ -45,7 +45,7 @@ def tally(conf: Path, commit: str | None = None, results: dict | None = None) ->
                         "other_checks": others,
                         "counts": {o: sum(x["outcome"] == o for x in orderings) for o in ORDER_OUTCOMES}}
     totals = {o: sum(t["counts"][o] for t in tables.values()) for o in ORDER_OUTCOMES}
-    return {"commit": commit or _git("rev-parse", "--short=12", "HEAD"), "orderings": totals,
+    return {"commit": commit or head_commit(), "orderings": totals,
             "decisions": _count(t["decision"] for t in tables.values()),
             "statuses": _count(t["status"] for t in tables.values()), "tables": tables}
 

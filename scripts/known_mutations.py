@@ -667,7 +667,7 @@ MUTATIONS = [
       "LinkItems(pos, neg, positive_ids(c.data, split, pos.numel()), tuple(hits_k))",
       "LinkItems(pos, neg, torch.arange(pos.numel()), tuple(hits_k))",
       ["tests/test_link_task.py::test_a_link_runs_replicates_pair_its_methods_and_give_an_ordering_its_data_term"],
-      "link runs key their test pairs by position, not by pair: other seeds' pairs read as the same items"),
+      "link runs key their test pairs by position in a client, not by pair: other clients' pairs read as the same items"),
     M("link_replicate_scored_over_k", "fgx/link/evaluate.py",
       'out["mrr"] = weights @ rr / drawn', 'out["mrr"] = weights @ rr / k',
       ["tests/test_link_task.py::test_link_replicates_draw_each_pair_once_with_its_negatives"],

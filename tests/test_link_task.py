@@ -134,6 +134,9 @@ def test_a_link_runs_replicates_pair_its_methods_and_give_an_ordering_its_data_t
                 for state in ("final", "best", "best_client")}
         assert len(keys) == 1 and None not in keys
     assert sampling["fedavg", 0]["split"]["best"] != sampling["fedavg", 1]["split"]["best"]
+    for (a, s), d in dirs.items():     # each test positive one item (cross_client=exclude: no pair in two clients)
+        positives = sum(c["link_test_positives"] for c in json.loads((d / "partition.json").read_text())["clients"])
+        assert sampling[a, s]["items"]["final"] == sampling[a, s]["copies"]["final"] == positives
     assert all(set(x["best"]) == {"roc_auc", "mrr", "hits@10", "hits@50"} for x in sampling.values())
     runs = [r for d in dirs.values() for r in find_runs([d])]
     t = {"by": ["algorithm"], "metric": "best_roc_auc",

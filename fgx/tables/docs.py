@@ -100,10 +100,11 @@ def before_after(conf: Path, results: dict) -> list[str]:
         b = before["tables"].get(name) or {"decision": "not a table then", "record": None, "seeds": 0, "runs": 0}
         if b["decision"] in ("not yet run", "not a table then") and t["decision"] == "not yet run":
             continue
-        if b["decision"] != t["decision"] or b.get("counts") != t["counts"]:
+        if b["decision"] != t["decision"] or b.get("counts") != t["counts"] or \
+                ("record" in b and b["record"] != t.get("record")):
             rows.append([f"`{name}`", b["decision"], t["decision"], reason_of_change(b, t)])
     if rows:
-        out += ["Tables whose decision or orderings changed, and why (from the two tallies: a record made again, "
+        out += ["Tables whose decision, orderings or record changed, and why (from the two tallies: a record made again, "
                 "with its runs and seeds; the orderings' outcomes; why the undecided ones are undecided now, e.g. "
                 "no evaluation-data term or not significant after Holm's adjustment; the other checks that do not "
                 "hold now):", "",

@@ -51,7 +51,7 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
     return out
 
 
-def _binary_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
+def binary_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
     """Mann-Whitney U statistic with average ranks for ties (= the area under the ROC curve)."""
     n_pos = int(positive.sum())
     n_neg = positive.numel() - n_pos
@@ -74,8 +74,8 @@ def _roc_auc_ovr(scores: torch.Tensor, y: torch.Tensor, k: int) -> float:
         return float("nan")
     prob = torch.softmax(scores.double(), -1)
     if k == 2:
-        return _binary_auc(prob[:, 1], y == 1)
-    aucs = [_binary_auc(prob[:, c], y == c) for c in range(k)]
+        return binary_auc(prob[:, 1], y == 1)
+    aucs = [binary_auc(prob[:, c], y == c) for c in range(k)]
     if any(a != a for a in aucs):
         return float("nan")   # sklearn refuses OvR AUC when a class is absent from the labels
     return float(sum(aucs) / k)
@@ -158,44 +158,141 @@ def _grouped_roc_auc_ovr(scores: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
     return torch.where(bad, nan, total / c)
 
 
-def bootstrap_standard_error(scores: torch.Tensor, labels: torch.Tensor, group: torch.Tensor, num_groups: int,
-                             num_classes: int, minority: int, names: tuple[str, ...] = CLASSIFICATION,
-                             reps: int = 100, max_items: int = 2_000_000, seed: int = 0,
-                             chunk_items: int = 1 << 16) -> dict[str, float]:
-    """The sampling error of the mean-over-clients metrics on this split: their standard deviation over
-    bootstrap resamples of the items, each client's items resampled within the client. A gap between
-    two methods below it is one a few test predictions can move (fgx/tables decides nothing on it).
+# Every run draws its bootstrap resamples from this one stream over its distinct test items (sorted by id):
+# two runs on the same test items (two methods of one seed, or seeds that share the split) get the same
+# resamples, so a replicate's difference between them is a paired resample of the difference (fgx/tables/stats.py)
+SAMPLING_SEED = 0
+SAMPLING_REPS = 200
+
+
+def _resample_counts(gen: torch.Generator, r: int, n_distinct: int) -> torch.Tensor:
+    """[r, n_distinct] draw counts: each replicate draws n_distinct items with replacement."""
+    draw = (torch.rand(r, n_distinct, generator=gen, dtype=torch.double) * n_distinct).long()
+    draw += torch.arange(r).unsqueeze(1) * n_distinct
+    return torch.bincount(draw.reshape(-1), minlength=r * n_distinct).view(r, n_distinct)
+
+
+def _distinct(items: torch.Tensor | None, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(sorted distinct ids, each copy's position among them); without ids each copy is its own item."""
+    if items is None:
+        return torch.arange(n), torch.arange(n)
+    return torch.unique(items.long().cpu(), return_inverse=True)
+
+
+def copy_draws(items: torch.Tensor, reps: int, seed: int = SAMPLING_SEED) -> torch.Tensor:
+    """[reps, copies] how often each replicate of the shared stream draws each copy's item (``items``: each
+    copy's item id): the first ``reps`` draws :func:`bootstrap_replicates` makes on these items."""
+    _, pos = _distinct(items, items.numel())
+    return _resample_counts(torch.Generator().manual_seed(seed), reps, int(pos.max()) + 1)[:, pos]
+
+
+def bootstrap_replicates(scores: torch.Tensor, labels: torch.Tensor, group: torch.Tensor, num_groups: int,
+                         num_classes: int, minority: int, names: tuple[str, ...] = CLASSIFICATION,
+                         items: torch.Tensor | None = None, reps: int = SAMPLING_REPS, max_items: int = 2_000_000,
+                         seed: int = SAMPLING_SEED, chunk_items: int = 1 << 16) -> dict[str, np.ndarray]:
+    """Bootstrap replicates of the mean-over-clients metrics over the split's items: each replicate draws
+    the distinct items (``items``: each copy's item id, e.g. its global node id) with replacement, and
+    every copy of an item (a node two overlapping clients hold) carries its item's draw count, so an item
+    is resampled once, not once per client that holds it. Without ``items`` each copy is an item.
     Resamples are scored by :func:`grouped_classification_metrics` (replicate r, client c is group
-    r·G + c), as many at once as hold at most ``chunk_items`` items (at least one): the memory of a
-    pass stays bounded on million-item splits, and the draws and results do not depend on it.
-    ``reps`` shrinks so that at most ``max_items`` items are scored (at least 20).
-    Not scipy.stats.bootstrap: it resamples one sample per call, and here every client's items are
-    resampled within the client and scored by the grouped metric in a single pass."""
+    r·G + c), as many at once as hold at most ``chunk_items`` items (at least one): memory stays bounded
+    on million-item splits, and the draws and results do not depend on it. ``reps`` shrinks so that at
+    most ``max_items`` items are scored (at least 20). A client without items in a replicate is skipped
+    by its mean, as in the run's own mean. Not scipy.stats.bootstrap: it resamples one sample per call,
+    and here the draws are shared across runs (SAMPLING_SEED) and scored by the grouped metric in one pass."""
     n = labels.numel()
     if n == 0:
-        return {m: float("nan") for m in names}
+        return {m: np.full(0, np.nan) for m in names}
     reps = max(20, min(reps, max_items // n))
     g = group.long().cpu()
-    order = torch.argsort(g, stable=True)
-    scores, labels, g = scores.detach().cpu()[order], labels.cpu()[order], g[order]
-    size = torch.bincount(g, minlength=num_groups)
-    start = torch.cumsum(size, 0) - size
-    item_start, item_size = start[g], size[g].double()
+    scores, labels = scores.detach().cpu(), labels.cpu()
+    _, pos = _distinct(items, n)
+    n_distinct = int(pos.max()) + 1
     gen = torch.Generator().manual_seed(seed)
     per_pass = max(1, min(reps, chunk_items // n))
     means = []
     for first in range(0, reps, per_pass):
         r = min(per_pass, reps - first)
-        draw = (torch.rand(r, n, generator=gen, dtype=torch.double) * item_size).long()
-        idx = (item_start + draw).reshape(-1)                # each item replaced by one of its client's items
-        del draw
-        rep_group = torch.arange(r).repeat_interleave(n) * num_groups + g.repeat(r)
-        rows = grouped_classification_metrics(scores[idx], labels[idx], rep_group, r * num_groups, num_classes,
-                                              minority, names)
+        copies = _resample_counts(gen, r, n_distinct)[:, pos].reshape(-1)     # [r * n] draws of each copy
+        flat = torch.repeat_interleave(torch.arange(r * n), copies)
+        idx, rep = flat % n, flat // n
+        rows = grouped_classification_metrics(scores[idx], labels[idx], rep * num_groups + g[idx], r * num_groups,
+                                              num_classes, minority, names)
         means += [mean_over_clients(rows[q * num_groups:(q + 1) * num_groups]) for q in range(r)]
-    out = {}
-    for m in names:
-        vals = np.array([x[m] for x in means if x.get(m) is not None], dtype=float)
-        vals = vals[~np.isnan(vals)]
-        out[m] = float(vals.std(ddof=1)) if vals.size > 1 else float("nan")
-    return out
+    return {m: np.array([x[m] if x.get(m) is not None else np.nan for x in means], dtype=float) for m in names}
+
+
+def bootstrap_item_means(values: dict[str, torch.Tensor], group: torch.Tensor, num_groups: int,
+                         items: torch.Tensor | None = None, reps: int = SAMPLING_REPS,
+                         seed: int = SAMPLING_SEED, chunk_items: int = 1 << 20) -> dict[str, np.ndarray]:
+    """Bootstrap replicates of a mean over clients of per-item means (a ranking metric: the mean over a
+    client's users; a regression error: the mean over test rows), with the draws of
+    :func:`bootstrap_replicates`: distinct items (``items``: a user's or a row's id) resampled once
+    whatever the number of clients holding them; at most ``chunk_items`` weights held at once."""
+    g = group.long().cpu()
+    n = g.numel()
+    if n == 0:
+        return {m: np.full(0, np.nan) for m in values}
+    _, pos = _distinct(items, n)
+    n_distinct = int(pos.max()) + 1
+    gen = torch.Generator().manual_seed(seed)
+    vals = {m: v.detach().double().cpu().reshape(-1) for m, v in values.items()}
+    out: dict[str, list] = {m: [] for m in values}
+    per_pass = max(1, min(reps, chunk_items // n))
+    for first in range(0, reps, per_pass):
+        r = min(per_pass, reps - first)
+        counts = _resample_counts(gen, r, n_distinct)[:, pos].double()           # [r, n]
+        for m, v in vals.items():
+            ok = ~torch.isnan(v)
+            c = counts[:, ok]
+            total = torch.zeros(r, num_groups, dtype=torch.double).index_add_(1, g[ok], c * v[ok])
+            w = torch.zeros(r, num_groups, dtype=torch.double).index_add_(1, g[ok], c)
+            per_client = torch.where(w > 0, total / w.clamp(min=1e-300), torch.full_like(total, float("nan")))
+            with np.errstate(all="ignore"):
+                out[m].append(np.nanmean(per_client.numpy(), axis=1))
+    return {m: np.concatenate(v) for m, v in out.items()}
+
+
+def bootstrap_standard_error(scores: torch.Tensor, labels: torch.Tensor, group: torch.Tensor, num_groups: int,
+                             num_classes: int, minority: int, names: tuple[str, ...] = CLASSIFICATION,
+                             reps: int = 100, max_items: int = 2_000_000, seed: int = 0,
+                             chunk_items: int = 1 << 16, items: torch.Tensor | None = None) -> dict[str, float]:
+    """The sampling error of the mean-over-clients metrics on this split: the standard deviation of
+    :func:`bootstrap_replicates`."""
+    reps_ = bootstrap_replicates(scores, labels, group, num_groups, num_classes, minority, names, items, reps,
+                                 max_items, seed, chunk_items)
+    return {m: replicate_sd(v) for m, v in reps_.items()}
+
+
+def replicate_sd(v: np.ndarray) -> float:
+    v = np.asarray(v, dtype=float)
+    v = v[~np.isnan(v)]
+    return float(v.std(ddof=1)) if v.size > 1 else float("nan")
+
+
+def encode_replicates(v: np.ndarray) -> dict:
+    """Replicates as a record keeps them: their mean, and each one's deviation from it as little-endian
+    float16 in base64 (200 replicates in ~0.5 kB). The deviations are what a test's variance is made of;
+    float16 keeps them to ~1e-3 of their size, far below any variance a table compares."""
+    import base64
+
+    v = np.asarray(v, dtype=float)
+    mean = float(np.nanmean(v)) if v.size and not np.isnan(v).all() else float("nan")
+    return {"m": mean, "d": base64.b64encode((v - mean).astype("<f2").tobytes()).decode("ascii")}
+
+
+def decode_replicates(kept: dict) -> np.ndarray:
+    import base64
+
+    return kept["m"] + np.frombuffer(base64.b64decode(kept["d"]), dtype="<f2").astype(float)
+
+
+def split_key(items: torch.Tensor | None) -> str | None:
+    """A short hash of the distinct test items' ids: runs with the same key were scored on the same items
+    (the same split), so their resamples are joint. None when the items have no ids."""
+    import hashlib
+
+    if items is None:
+        return None
+    ids = torch.unique(items.long().cpu()).numpy().astype("<i8")
+    return hashlib.sha256(ids.tobytes()).hexdigest()[:12]

@@ -173,9 +173,65 @@ def kernels() -> dict:
     return out
 
 
+_DATA_SHA: dict = {}
+
+
+def data_fingerprint(data_dir: Path, path: Path | None, source: str | None = None) -> dict:
+    """A hash of the data files a run read: every file under ``path`` (a dataset's folder or file under
+    the data root), by relative name, size and content; PyG's ``processed/`` copies are left out (they are
+    derived from the raw files, and rewritten by other library versions). ``{"generated": true}`` for data
+    a generator made from the config (nothing to read); ``{"unknown": ...}`` where the loader's files
+    cannot be told. ``path`` is kept relative to the data root, so another machine's copy compares."""
+    if path is None:
+        return {"generated": True} if source == "generated" else {"unknown": "the loader names no files"}
+    path = Path(path).expanduser().resolve()
+    if not path.exists():
+        return {"unknown": f"{path.name} not found"}
+    files = [path] if path.is_file() else sorted(
+        f for f in path.rglob("*") if f.is_file() and "processed" not in f.relative_to(path).parts
+        and not f.name.startswith("."))
+    key = tuple((str(f), f.stat().st_size, f.stat().st_mtime_ns) for f in files)
+    if key not in _DATA_SHA:
+        h = hashlib.sha256()
+        for f in files:
+            h.update(f"{f.relative_to(path.parent)}\0{f.stat().st_size}\0".encode())
+            with open(f, "rb") as fh:
+                for block in iter(lambda: fh.read(1 << 20), b""):
+                    h.update(block)
+        _DATA_SHA[key] = h.hexdigest()[:16]
+    try:
+        rel = path.relative_to(Path(data_dir).expanduser().resolve()).as_posix()
+    except ValueError:
+        rel = path.name
+    return {"path": rel, "files": len(files), "sha": _DATA_SHA[key]}
+
+
+def data_changes(data: dict | None, data_root: Path) -> tuple[list[str], str | None]:
+    """(what changed, what cannot be told) between a run's recorded data fingerprint and the files under
+    ``data_root`` now. A run recorded before data fingerprints, or whose files are not here, is unknown:
+    shown, never stale by itself."""
+    if not isinstance(data, dict):
+        return [], "recorded before data fingerprints"
+    if data.get("generated"):
+        return [], None
+    if "sha" not in data:
+        return [], str(data.get("unknown") or "unknown")
+    here = Path(data_root) / data["path"]
+    if not here.exists():
+        return [], f"{data['path']} is not under the data root here"
+    now = data_fingerprint(data_root, here)
+    return ([f"data files of {data['path']} changed ({data['sha']} → {now['sha']})"] if now.get("sha") != data["sha"]
+            else []), None
+
+
+def head_commit() -> str | None:
+    """The checkout's commit, 12 hex digits (None outside a git checkout)."""
+    return _git("rev-parse", "--short=12", "HEAD")
+
+
 def provenance(command: str) -> dict:
     """The command, the commit (and whether fgx/ or conf/ had uncommitted changes), the date, the machine."""
-    commit = _git("rev-parse", "--short=12", "HEAD")
+    commit = head_commit()
     dirty = _git("status", "--porcelain", "--untracked-files=no", "--", "fgx", "conf") if commit else None
     out = {"command": command, "commit": commit, "dirty": bool(dirty) if dirty is not None else None,
            "date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine()}

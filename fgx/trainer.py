@@ -27,14 +27,15 @@ from fgx.divergence import DivergenceWatch
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.loggers import make_logger
-from fgx.metrics import (CLASSIFICATION, bootstrap_standard_error, grouped_classification_metrics, improves,
+from fgx.metrics import (CLASSIFICATION, grouped_classification_metrics, improves,
                          mean_over_clients, minority_class)
 from fgx.outputs import RunDir
 from fgx.privacy.audit import attach as attach_audit, audited_name
-from fgx.provenance import code_fingerprint, provenance, run_command
+from fgx.provenance import code_fingerprint, data_fingerprint, kernels, provenance, run_command
 from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
 from fgx.progress import ACTIVITY, Progress
+from fgx.resampling import StateItems
 
 log = logging.getLogger("fgx")
 
@@ -117,23 +118,28 @@ class Evaluator:
         else:
             self.minority = None
 
-    def __call__(self, algo, local: bool = False, complete: bool = True,
-                 sampling_error: bool = False) -> dict[str, dict]:
+    def __call__(self, algo, local: bool = False, complete: bool = True, items: bool = False) -> dict[str, dict]:
         """Metrics of every client on the configured splits; ``local``: of each client's own model;
         ``complete`` False: the intermediate evaluation, on a fixed subset of items when
-        ``eval.subset`` is set; ``sampling_error``: also the bootstrap standard error of the mean over
-        clients on each split (``sampling_se``; the final evaluation, for the table checks)."""
+        ``eval.subset`` is set; ``items``: also each client's test items as fgx/resampling.py keeps them
+        (scores, labels and global ids; a link task's pair scores; or an algorithm's per-item values) under
+        ``test.items``."""
+        from fgx.resampling import item_ids
+
         if self.task == "link":     # AUC, Hits@K and MRR of node pairs (fgx/link/evaluate.py)
             from fgx.link.evaluate import evaluate_link
-            return evaluate_link(self.ctx, algo, self.params.splits, self.ctx.config.top.task.hits_k, local,
-                                 sampling_error)
+            return evaluate_link(self.ctx, algo, self.params.splits, self.ctx.config.top.task.hits_k, local, items)
         out: dict[str, dict] = {}
         per = [algo.client_metrics(c) for c in self.ctx.clients]
         if per and per[0] is not None:
-            # ranking/regression tasks: the algorithm computes its own per-client metrics
+            # ranking/regression tasks: the algorithm computes its own per-client metrics, and may give the
+            # per-item values they are means of (``_items``: (ids, {metric: values}) per split)
+            kept = [{split: m.pop("_items", None) for split, m in p.items()} for p in per]
             for split in per[0]:
                 pc = [p[split] for p in per]
                 out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": None}
+            if items and "test" in out and all(k.get("test") is not None for k in kept):
+                out["test"]["items"] = [k["test"] for k in kept]
             return out
         preds = [self._predict(algo, c, complete, local) for c in self.ctx.clients]
         k = self.ctx.info.num_classes
@@ -146,9 +152,12 @@ class Evaluator:
             pooled = grouped_classification_metrics(scores, labels, torch.zeros_like(labels), 1, k, self.minority,
                                                     self.names)[0]
             out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": pooled}
-            if sampling_error:
-                out[split]["sampling_se"] = bootstrap_standard_error(scores, labels, client, len(preds), k,
-                                                                     self.minority, self.names)
+            if items and split == "test":
+                e, cache = self.params, self.__dict__.setdefault("_item_ids", {})
+                out[split]["items"] = [
+                    (p[split][0], p[split][1], item_ids(algo, c, self.task, e.splits, None if complete else e.subset,
+                                                        self.ctx.seed, p[split][1], cache=cache))
+                    for c, p in zip(self.ctx.clients, preds)]
         return out
 
 
@@ -300,6 +309,7 @@ class Loop:
     diverged: dict | None = None       # DivergenceWatch's event
     diagnostics: dict | None = None    # the mechanism diagnostics over the rounds
     identity: dict = field(default_factory=dict)   # config_sha and seed, kept in every checkpoint
+    items: StateItems = field(default_factory=StateItems)   # test items of each compared state (not checkpointed)
 
 
 def _build(v: Validated, rd: RunDir) -> Job:
@@ -307,7 +317,7 @@ def _build(v: Validated, rd: RunDir) -> Job:
     top = v.top
     seed_everything(top.seed)
     device = resolve_device(top.device)
-    data_dir = Path(top.data_dir or default_data_dir()).expanduser()
+    data_dir = _data_dir(top)
     env = DataEnv(data_dir=data_dir, seed=top.seed, log=log)
 
     ds = v.entries["dataset"].obj(v.params["dataset"], env)
@@ -437,7 +447,7 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
                 log.warning(note)
             diagnostics.update(stats)
             if evaluate:
-                res = job.evaluator(algo, local=local_eval, complete=r == top.rounds, sampling_error=r == top.rounds)
+                res = job.evaluator(algo, local=local_eval, complete=r == top.rounds, items=True)
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
                 for split, m in res.items():
                     rd.append_jsonl("metrics.jsonl", {
@@ -450,10 +460,14 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
                 loop.last = res
                 sel = "val" if "val" in res else "test"      # a dataset without a validation split
                 val = res[sel]["mean"].get(main_metric)
-                if loop.best is None or (val is not None and val == val and improves(val, loop.best["val"], main_metric)):
+                best_is_new = loop.best is None or (val is not None and val == val and
+                                                    improves(val, loop.best["val"], main_metric))
+                if best_is_new:
                     loop.best = {"round": r, "val": val, "test": res["test"]["mean"],
                                  "per_client": res["test"]["per_client"]}
                 loop.client_best = update_client_best(loop.client_best, res, main_metric, r)
+                loop.items.update(res, best_is_new, [i for i, b in enumerate(loop.client_best or [])
+                                                     if b is not None and b["round"] == r])
                 status += f"  {sel} {main_metric} {val:.4f}" if val is not None else ""
                 # a checkpoint rewrites the whole state: at most once per checkpoint_every_s (and after the
                 # last round), not at every evaluation of a fast run
@@ -479,7 +493,8 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     v, top, info, algo, privacy, channel = job.v, job.v.top, job.info, job.algo, job.privacy, job.channel
     last = loop.last
     if last is None:   # resumed after the final round: evaluate the restored state
-        last = job.evaluator(algo, local=top.eval_model == "local", sampling_error=True)
+        last = job.evaluator(algo, local=top.eval_model == "local", items=True)
+        loop.items.update(last, False, [])
     privacy.finish(algo)
     unlearning = v.entries["unlearning"].obj(v.params["unlearning"])
     unl = unlearning.run(job.ctx, algo)
@@ -495,14 +510,17 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     job.executor.shutdown()
 
     pstats = job.pstats
+    sampling = loop.items.summary(info.num_classes, job.evaluator.minority, job.evaluator.names)
     summary.update({
         "status": "completed",
         "main_metric": job.main_metric,
         "final": last["test"]["mean"],
         "final_global": last["test"]["global"],
-        # the test metrics' bootstrap standard error over test items (classification; None for tasks whose
-        # algorithm computes its own metrics): the noise floor below which fgx/tables decides no ordering
-        "sampling_se": last["test"].get("sampling_se"),
+        # bootstrap replicates of each model state's test metrics over the test items, drawn alike in every
+        # run (fgx/resampling.py): what a table's ordering test needs of the evaluation data; and the
+        # final state's standard error from them
+        "sampling": sampling,
+        "sampling_se": (sampling or {}).pop("final_sd", None),
         "best": loop.best,
         "best_client": client_best_summary(loop.client_best),
         "evaluation": job.evaluator.describe(),
@@ -525,7 +543,10 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
         "partition": {k: pstats[k] for k in ("num_clients", "ls_ratio", "cross_client_edges")},
         "seed": top.seed,
         # this run's own origin (a table record keeps it per run) and the code it executed (staleness)
-        "provenance": {**provenance(run_command()), "code": code_fingerprint()},
+        # with the kernels the CPU ran (other rounding under AVX2 than AVX-512) and a hash of the data files read
+        "provenance": {**provenance(run_command()), "code": {
+            **code_fingerprint(), "kernels": kernels(),
+            "data": data_fingerprint(_data_dir(top), _data_path(v, top, info), info.source)}},
     })
     if loop.diverged is not None:
         summary["diverged"] = loop.diverged
@@ -538,6 +559,28 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
              summary["wall_time_s"], job.main_metric, summary["final"].get(job.main_metric, float("nan")),
              len(job.clients), rd.path)
     return summary
+
+
+def _data_dir(top) -> Path:
+    return Path(top.data_dir or default_data_dir()).expanduser()
+
+
+def _data_path(v: Validated, top, info) -> Path | None:
+    """The folder or file under the data root the dataset's loader read (its registered ``folder``, else
+    the root or file its info names), for the run's data fingerprint; None for generated data."""
+    from fgx.registry import DATASETS
+
+    folder = DATASETS.get(v.names["dataset"]).meta.get("folder")
+    if folder is not None:
+        try:
+            return _data_dir(top) / folder(v.params["dataset"])
+        except Exception:  # noqa: BLE001 - a folder rule that does not apply: fall back to what info names
+            pass
+    for key in ("root", "file", "path"):
+        x = info.extra.get(key)
+        if isinstance(x, str) and Path(x).expanduser().exists():
+            return Path(x)
+    return None
 
 
 def test_majority(data, task: str) -> dict:

@@ -81,6 +81,71 @@ def test_the_bootstrap_scores_each_resample_as_link_metrics_does(ties, limit, mo
             assert got[m][r].item() == pytest.approx(v, abs=1e-12), (r, m)
 
 
+def test_link_replicates_draw_each_pair_once_with_its_negatives():
+    """fgx/link/evaluate.py's replicates for a table's ordering test: each replicate draws the distinct
+    positives by global pair id from the stream every run shares (fgx.metrics.copy_draws), a pair two clients
+    hold moving in both at once, and scores every client on its drawn positives with their rows of negatives
+    exactly as link_metrics scores that resample written out; the mean skips a client that drew nothing."""
+    import numpy as np
+
+    from fgx.link.evaluate import LinkItems, link_replicates
+    from fgx.link.metrics import link_metrics
+    from fgx.metrics import copy_draws
+
+    g = torch.Generator().manual_seed(3)
+    ids = [torch.arange(0, 30), torch.arange(20, 50), torch.tensor([99])]      # pairs 20..29 in two clients
+    per = [LinkItems(torch.randn(i.numel(), generator=g).double() + 1, torch.randn(i.numel(), 6, generator=g).double(),
+                     i, (1, 5)) for i in ids]
+    got = link_replicates(per, reps=40)
+    counts = copy_draws(torch.cat(ids), 40)
+    assert torch.equal(counts[:, 20:30], counts[:, 30:40])            # a shared pair: one draw in both clients
+    for r in range(40):
+        vals, start = [], 0
+        for p in per:
+            k = p.pos.numel()
+            idx = torch.repeat_interleave(torch.arange(k), counts[r, start:start + k])
+            start += k
+            vals.append(link_metrics(p.pos[idx], p.neg[idx], [1, 5]) if idx.numel() else
+                        {m: float("nan") for m in got})
+        for m in got:
+            want = np.nanmean([v[m] for v in vals])
+            assert got[m][r] == pytest.approx(want, abs=1e-12), (r, m)
+    assert all(np.std(v) > 0 for v in got.values())
+
+
+def test_a_link_runs_replicates_pair_its_methods_and_give_an_ordering_its_data_term(run_fgx, data_root):
+    """Two link methods on two seeds, each seed its own split and negatives (link_cora's protocol): every run
+    keeps replicates of each model state keyed by its test pairs, the two methods of a seed on one key (their
+    replicates pair), the seeds on two; so a table's ordering test (fgx/tables) is decided with the test
+    pairs' noise inside the seeds' spread, as for a classification table with per-seed splits."""
+    import math
+
+    from fgx.report.runs import find_runs
+    from fgx.tables.checks import table_from_runs
+    from fgx.tables.stats import NO_DATA
+
+    tiny = ["task=link", "dataset=csbm", "dataset.num_nodes=400", "dataset.num_features=16", "partitioner=random",
+            "partitioner.num_clients=3", "rounds=2", "eval_every=1", "model.hidden=16", "output.progress=off",
+            f"data_dir={data_root}"]
+    dirs = {(a, s): run_fgx(*tiny, f"algorithm={a}", f"seed={s}") for a in ("fedavg", "local") for s in (0, 1)}
+    sampling = {k: summary(d)["sampling"] for k, d in dirs.items()}
+    for s in (0, 1):
+        keys = {x["split"][state] for a in ("fedavg", "local") for x in [sampling[a, s]]
+                for state in ("final", "best", "best_client")}
+        assert len(keys) == 1 and None not in keys
+    assert sampling["fedavg", 0]["split"]["best"] != sampling["fedavg", 1]["split"]["best"]
+    for (a, s), d in dirs.items():     # each test positive one item (cross_client=exclude: no pair in two clients)
+        positives = sum(c["link_test_positives"] for c in json.loads((d / "partition.json").read_text())["clients"])
+        assert sampling[a, s]["items"]["final"] == sampling[a, s]["copies"]["final"] == positives
+    assert all(set(x["best"]) == {"roc_auc", "mrr", "hits@10", "hits@50"} for x in sampling.values())
+    runs = [r for d in dirs.values() for r in find_runs([d])]
+    t = {"by": ["algorithm"], "metric": "best_roc_auc",
+         "ordering": [{"key": "algorithm", "order": ["fedavg", "local"], "metric": "best_roc_auc"}]}
+    check = next(c for c in table_from_runs("link", t, runs).checks if c.kind == "ordering")
+    assert check.test.data == "test items drawn per seed (in the seeds' variance)", check.test.data
+    assert check.test.data != NO_DATA and math.isfinite(check.test.se_items) and check.test.p is not None
+
+
 def test_pos_neg_reads_predict_rows_positives_first():
     from fgx.link.metrics import pos_neg
 

@@ -375,8 +375,30 @@ def test_a_table_recorded_in_parts_reads_partial_not_failing_until_every_run_is_
 
     assert main(["repro", "tiny", "method=local_gcn", "--record", "--out", str(tiny / "out")]) in (0, 1)
     part = record_result(tiny / "conf", "tiny")
-    assert part.status == "stale" and "fails" in part.verdict      # fedavg_gcn's ordering check lacks its rows
+    assert part.status == "stale" and "not run" in part.verdict    # fedavg_gcn's ordering check lacks its rows
     assert _checks_cell(part, 4) == "partial record: 2 of 4 runs; checks wait for the rest"
     assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
     whole = record_result(tiny / "conf", "tiny")
     assert _checks_cell(whole, 4) == whole.verdict and "partial" not in whole.verdict
+
+
+@pytest.mark.parametrize("name", ["lpsfed_table1_ml100k", "mafalda_karate", "mafalda_florentine", "mafalda_fig3_ego",
+                                  "mafalda_fig5_ego", "mafalda_fig5_peertube", "scalegun_table1_arxiv",
+                                  "scalegun_table3_arxiv", "graph_mutag"])
+def test_no_committed_ordering_is_decided_without_an_evaluation_data_term(name, monkeypatch):
+    """A ranking, regression or unlearning table's ordering is decided only with its test items' term (the
+    runs' replicates, or the bound from their standard errors); records without either stay undecided."""
+    import math
+
+    from fgx.tables.run import record_result
+    from fgx.tables.stats import NO_DATA
+
+    monkeypatch.delenv("FGX_RESULTS_DIR", raising=False)         # the committed records
+    res = record_result(REPO / "conf", name, check_stale=False)
+    orderings = [c for c in res.checks if c.kind == "ordering" and c.test is not None]
+    assert orderings, name
+    for c in orderings:
+        if c.outcome in ("holds", "fails"):
+            assert c.test.data != NO_DATA and math.isfinite(c.test.se_items), c.what
+        if c.test.data == NO_DATA:
+            assert c.outcome == "inconclusive" and c.test.p is None, c.what

@@ -30,8 +30,10 @@ output: {checkpoint: false, progress: "off"}
 table:
   gnn: {hidden: 16, lr: 0.01, weight_decay: 5.0e-4}
   tune:
-    seeds: [0]
+    seeds: [0, 1]
     select: best
+    max_grow: 0                     # two points and no growth (test_tune_grows_... grows a grid)
+    bounds: {algorithm.lr: [0.01, 0.05]}
     grid:
       default:
         algorithm.lr: {times: [1.0, 5.0]}
@@ -288,6 +290,62 @@ def test_tune_gives_every_method_the_same_budget_and_writes_its_choice(tiny, cap
     assert plan["methods"]["local_gcn"]["grid"]["algorithm.lr"] == [0.01, 0.05]
 
 
+def test_a_grid_grows_past_an_open_edge_until_its_choice_is_interior(tiny, monkeypatch, capsys):
+    """`fgx tune`: a choice at an open edge grows the grid by the ratio of its two outermost values (the
+    validation score here peaks at lr 0.2: 0.01, 0.05 -> 0.25 -> 1.25, where 0.25 is interior); a choice
+    still at an open edge after max_grow steps is recorded and fails the equal-effort check; one seed is
+    refused."""
+    import math
+
+    from fgx.tables import tune as tune_mod
+    from fgx.tables.run import record_result
+
+    calls = []
+
+    def fake_grid(name, m, g, points, spec, out, command, overrides, earlier=None):
+        calls.append([p["algorithm.lr"] for p in points])
+        peak = 0.2 if m == "local_gcn" else 100.0
+        trials = [{"values": p, "val": -math.log(p["algorithm.lr"] / peak) ** 2, "seeds": [0, 1]} for p in points]
+        return trials, max((earlier or []) + trials, key=lambda t: t["val"]), []
+
+    monkeypatch.setattr(tune_mod, "_run_grid", fake_grid)
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(TINY_TABLE.replace("    max_grow: 0 ", "    max_grow: 2 ").replace(
+        "    bounds: {algorithm.lr: [0.01, 0.05]}\n", ""))
+    assert main(["tune", "tiny", "--out", str(tiny / "tune")]) == 0
+    rec = json.loads((tiny / "results" / "tiny.tune.json").read_text())["methods"]
+    local, fedavg = rec["local_gcn"], rec["fedavg_gcn"]
+    assert calls[:3] == [[0.01, 0.05], [0.25], [1.25]]
+    assert local["chosen"] == {"algorithm.lr": 0.25} and local["open_edges"] == [] and local["base_points"] == 2
+    assert [t["values"]["algorithm.lr"] for t in local["trials"]] == [0.01, 0.05, 0.25, 1.25]
+    assert [gr["keys"] for gr in local["grown"]] == [["algorithm.lr"], ["algorithm.lr"]]
+    # a peak beyond the grid's reach: still at the open edge after two steps, and the check says so
+    assert fedavg["chosen"] == {"algorithm.lr": 1.25} and fedavg["open_edges"] == ["algorithm.lr"]
+    assert "0.25" in (tiny / "conf" / "tuned" / "tiny" / "local_gcn.yaml").read_text()
+    targets = tiny / "conf" / "targets" / "tiny.yaml"
+    targets.write_text(TINY_TARGETS.replace("effort: authors", "effort: tuned"))
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
+    c = next(c for c in record_result(tiny / "conf", "tiny", check_stale=False).checks if c.what == "equal effort")
+    assert c.ok is False and c.fgx.endswith("grows the grid): fedavg_gcn algorithm.lr")
+    f.write_text(TINY_TABLE.replace("seeds: [0, 1]", "seeds: [0]"))
+    assert main(["tune", "tiny", "--dry-run"]) == 2 and "at least 2 seeds" in capsys.readouterr().err
+
+
+def test_open_edges_and_growth_respect_physical_bounds_and_integer_knobs():
+    from fgx.tables.tune import Grid, grow, open_edges
+
+    g = Grid(["algorithm.lr", "algorithm.weight_decay", "model.K", "model.dropout"],
+             [[0.01, 0.05], [0.0, 5e-4], [3, 5, 7], [0.5, 1.0]], "default")
+    assert open_edges(g, {"algorithm.lr": 0.01, "algorithm.weight_decay": 0.0, "model.K": 5, "model.dropout": 1.0}) \
+        == ["algorithm.lr"]                       # 0 and a dropout of 1 are physical bounds; K 5 is interior
+    assert open_edges(g, {"algorithm.lr": 0.05, "algorithm.weight_decay": 5e-4, "model.K": 7, "model.dropout": 0.5},
+                      {"model.K": [None, 7]}) == ["algorithm.lr", "algorithm.weight_decay", "model.dropout"]
+    grown = grow(g, {"algorithm.lr": 0.01, "algorithm.weight_decay": 5e-4, "model.K": 7, "model.dropout": 0.5},
+                 ["algorithm.lr", "algorithm.weight_decay", "model.K", "model.dropout"])
+    assert grown.values == [[0.002, 0.01, 0.05], [0.0, 5e-4, 0.0025], [3, 5, 7, 10], [0.25, 0.5, 1.0]]
+    assert open_edges(Grid(["a"], [[1.0]], ""), {"a": 1.0}) == []     # one value: not a searched knob
+
+
 def test_tuned_rows_must_run_their_tuned_values_and_may_take_them_from_a_sibling_table(tiny, capsys):
     """`effort: tuned` holds only when every run of a row used the values `fgx tune` chose for it; a
     configuration may take them from another configuration of the same data (`table.tuned_from` and the
@@ -501,3 +559,51 @@ def test_a_family_row_may_declare_its_own_effort(tmp_path):
     first, second = load_targets(conf, "row1"), load_targets(conf, "row2")
     assert first["effort"] == "authors" and first["sources"] == {"a": "the authors", "b": "the authors"}
     assert second["effort"] == "tuned" and "sources" not in second and second["item"] == "two"
+
+
+def test_the_reproduction_doc_counts_decisions_before_and_after_from_the_tally_and_the_records(tiny, monkeypatch):
+    """docs/REPRODUCTION.md's before/after section is computed: the before counts from the committed tally
+    (results/decisions_before_64.json), the now counts from the records, and each table whose decision or
+    orderings changed with the reason the two tallies give (a record made again, its runs and seeds, the
+    orderings' outcomes); a change to the before tally or to a record changes the section."""
+    import copy
+
+    from fgx.tables.docs import BEFORE, before_after
+    from fgx.tables.tally import reason_of_change, tally
+
+    monkeypatch.setattr("fgx.tables.spec.table_names", lambda conf: ["tiny"])   # the tally over the tiny table
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
+    now = tally(tiny / "conf", commit="now")
+    assert list(now["tables"]) == ["tiny"] and now["tables"]["tiny"]["seeds"] == 2 and now["tables"]["tiny"]["runs"] == 4
+    before = copy.deepcopy(now)
+    before.update(commit="then", orderings={"holds": 7, "fails": 3, "inconclusive": 2})
+    before["tables"]["tiny"].update(decision="not reproduced", seeds=1, runs=2, record="0123456789ab",
+                                    counts={"holds": 0, "fails": 1, "inconclusive": 0})
+    path = tiny / "results" / Path(BEFORE).name
+
+    def section(b: dict) -> str:
+        path.write_text(json.dumps(b))
+        return "\n".join(before_after(tiny / "conf", {}))
+
+    text = section(before)
+    fmt = lambda c: f"{c['holds']} holds, {c['fails']} fails, {c['inconclusive']} inconclusive"
+    assert f"commit then, `{BEFORE}`) 7 holds, 3 fails, 2 inconclusive; now {fmt(now['orderings'])}." in text
+    row = next(line for line in text.splitlines() if line.startswith("| `tiny` |"))
+    t = now["tables"]["tiny"]
+    assert row.startswith(f"| `tiny` | not reproduced | {t['decision']} | recorded again (runs 2 → 4, seeds 1 → 2)")
+    assert ("fails 1 → 0" in row) == (t["counts"]["fails"] == 0)
+    before["orderings"]["holds"] = 8                                   # the before tally changes
+    assert "8 holds, 3 fails" in section(before)
+    same = copy.deepcopy(now)                                          # nothing changed: no row
+    assert not any(line.startswith("| `tiny` |") for line in section(same).splitlines())
+    rec = _record(tiny)                                                # a record changes: the now side follows
+    for e in rec["runs"]:
+        e["summary"]["best"]["test"]["accuracy"] = 0.9 if e["overrides"]["method"] == "local_gcn" else 0.3
+        e["date"] = "2030-01-01"
+    (tiny / "results" / "tiny.json").write_text(json.dumps(rec))
+    changed = section(same)
+    row = next(line for line in changed.splitlines() if line.startswith("| `tiny` |"))
+    new = tally(tiny / "conf", commit="x")["tables"]["tiny"]
+    assert new["counts"]["fails"] == 1 and t["counts"]["fails"] == 0 and new["decision"] == "not reproduced"
+    assert row == f"| `tiny` | {t['decision']} | not reproduced | {reason_of_change(t, new)} |"
+    assert reason_of_change(t, new).startswith("recorded again (runs 4 → 4, 2 seeds); orderings fails 0 → 1")

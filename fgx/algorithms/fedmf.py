@@ -147,7 +147,8 @@ class FedMF(Algorithm):
             scores = self.score_model(cl)()
         inter, k = cl.inter, self.params.top_k
         return {"val": ranking_metrics(scores, inter.train, inter.val, k, cl.item_group),
-                "test": ranking_metrics(scores, torch.cat([inter.train, inter.val], 1), inter.test, k, cl.item_group)}
+                "test": ranking_metrics(scores, torch.cat([inter.train, inter.val], 1), inter.test, k, cl.item_group,
+                                        users_global=getattr(inter, "users_global", None))}
 
     def state_dict(self) -> dict:
         return {"items": self.items, "models": [c.model.state_dict() for c in self.clients],

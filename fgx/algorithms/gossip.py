@@ -82,6 +82,7 @@ class GossipSGD(Algorithm):
         self.y = torch.stack([y[: p.b * self.batch] for y in ys]).view(self.n, p.b, self.batch).to(dev)
         test = ctx.global_data.test_mask
         self.x_test, self.y_test = ctx.global_data.x[test].to(dev), ctx.global_data.y[test].to(dev)
+        self.test_rows = test.nonzero().view(-1).cpu()          # their ids: the rows a table's test resamples
         if self.correlation is not None:
             from fgx.privacy.mf_gdp import GossipRelease
 
@@ -118,10 +119,13 @@ class GossipSGD(Algorithm):
     def client_metrics(self, client) -> dict:
         u = client.cid
         with torch.no_grad():
-            test = float((self.flat.predict(self.theta[u], self.x_test) - self.y_test).pow(2).mean())
+            sq = (self.flat.predict(self.theta[u], self.x_test) - self.y_test).pow(2)
             train = float((self.flat.predict(self.theta[u], self.x[u].reshape(-1, self.x.size(-1)))
                            - self.y[u].reshape(-1)).pow(2).mean())
-        return {"train": {"mse": train}, "test": {"mse": test}}
+        # the per-row errors the test mse is the mean of, by test row (the rows every node is scored on):
+        # what a table's ordering test resamples (fgx/resampling.py)
+        return {"train": {"mse": train},
+                "test": {"mse": float(sq.mean()), "_items": (self.test_rows, {"mse": sq.reshape(-1).cpu()})}}
 
     def state_dict(self) -> dict:
         return {"theta": self.theta}

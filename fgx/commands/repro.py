@@ -38,6 +38,13 @@ def cmd_repro(args) -> int:
     if args.spot_check:
         return _spot_check(conf, args)
     try:
+        if args.tally:
+            import json
+
+            from fgx.tables import tally_tables
+            atomic_write_bytes(Path(args.tally), (json.dumps(tally_tables(conf), indent=1, ensure_ascii=False) + "\n").encode())
+            print(f"wrote {args.tally}")
+            return 0
         if args.docs:
             if args.dry_run:
                 reproduction_markdown(conf)      # renders, writes nothing
@@ -113,4 +120,6 @@ def register(sub) -> None:
                                                            "validated) and run nothing")
     p.add_argument("--docs", metavar="PATH", help="write the reproduction document (docs/REPRODUCTION.md) from the "
                                                   "records and exit")
+    p.add_argument("--tally", metavar="PATH", help="write every table's status, decision and ordering outcomes as "
+                                                   "JSON (counts before and after a change to how tables decide)")
     p.set_defaults(func=cmd_repro)

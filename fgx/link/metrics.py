@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from fgx.metrics import _binary_auc
+from fgx.metrics import binary_auc
 
 
 def link_metrics(pos: torch.Tensor, neg: torch.Tensor, hits_k: list[int]) -> dict[str, float]:
@@ -21,7 +21,7 @@ def link_metrics(pos: torch.Tensor, neg: torch.Tensor, hits_k: list[int]) -> dic
     if pos.numel() == 0 or not (torch.isfinite(pos).all() and torch.isfinite(neg).all()):
         return {m: float("nan") for m in names}     # no positive, or a diverged model: no score
     flat = neg.reshape(-1)
-    out = {"roc_auc": _binary_auc(torch.cat([pos, flat]),
+    out = {"roc_auc": binary_auc(torch.cat([pos, flat]),
                               torch.cat([torch.ones_like(pos, dtype=torch.bool), torch.zeros_like(flat, dtype=torch.bool)]))}
     optimistic = (neg > pos[:, None]).sum(1)
     pessimistic = (neg >= pos[:, None]).sum(1)

@@ -117,7 +117,8 @@ def bpr_graph_epochs(state: GraphClient, epochs: int, batch_size: int, num_negat
 def ranking_split_metrics(scores: torch.Tensor, inter, item_group, k: int) -> dict[str, dict[str, float]]:
     """Validation (train masked) and test (train and validation masked) Recall/NDCG@k."""
     return {"val": ranking_metrics(scores, inter.train, inter.val, k, item_group),
-            "test": ranking_metrics(scores, torch.cat([inter.train, inter.val], 1), inter.test, k, item_group)}
+            "test": ranking_metrics(scores, torch.cat([inter.train, inter.val], 1), inter.test, k, item_group,
+                                    users_global=getattr(inter, "users_global", None))}
 
 
 def graph_client_metrics(state: GraphClient, k: int) -> dict[str, dict[str, float]]:

@@ -34,14 +34,18 @@ def recall_ndcg(topk: torch.Tensor, truth: torch.Tensor, k: int) -> tuple[torch.
 
 
 def ranking_metrics(scores: torch.Tensor, train: torch.Tensor, truth: torch.Tensor, k: int = 20,
-                    item_group: torch.Tensor | None = None) -> dict[str, float]:
+                    item_group: torch.Tensor | None = None, users_global: torch.Tensor | None = None) -> dict:
     """Mean Recall@K and NDCG@K over users with held-out items. With ``item_group`` (0 tail,
-    1 mid, 2 head per item) also NDCG@K restricted to each group's held-out items."""
+    1 mid, 2 head per item) also NDCG@K restricted to each group's held-out items. With ``users_global``
+    (each row's dataset user id) also ``_items``: the per-user values the means are taken over, by user,
+    which a table's ordering test resamples (fgx/resampling.py; the evaluator takes them out)."""
     topk = topk_with_mask(scores, train, k)
     users, rec, ndcg = recall_ndcg(topk, truth, k)
     out = {f"recall@{k}": float(rec.mean()) if users.numel() else float("nan"),
            f"ndcg@{k}": float(ndcg.mean()) if users.numel() else float("nan"),
            "num_users": int(users.numel())}
+    if users_global is not None:
+        out["_items"] = (users_global[users].cpu(), {f"recall@{k}": rec.cpu(), f"ndcg@{k}": ndcg.cpu()})
     if item_group is not None:
         # group NDCG: the same full ranking, relevance restricted to the group's held-out items
         for g, name in enumerate(("tail", "mid", "head")):

@@ -1,7 +1,8 @@
 """Paper tables: a table's spec and checks, its records, running it, tuning it, and the reproduction doc.
 
     spec.py        the preset and targets of a table, what its sweep expands to
-    stats.py       how an ordering is decided on paired seeds (holds / fails / inconclusive)
+    stats.py       how an ordering is decided: seeds and test items in one test, Holm across the table
+    seeds.py       the seeds rule, stated per table; tally.py: every table's decisions as JSON (--tally)
     checks.py      the checks (paper values, orderings, floor, equal effort, training progress), the status
     records.py     results/NAME.json: per-run entries with their own provenance; staleness by config and code
     accounting/    tables that are arithmetic, one registered kind per file
@@ -19,7 +20,8 @@ from fgx.tables.render import markdown
 from fgx.tables.run import identical_rows, record_result, reproduce
 from fgx.tables.spec import load_targets, table_names
 from fgx.tables.spotcheck import TOLERANCE, spot_check
+from fgx.tables.tally import tally as tally_tables   # fgx.tables.tally stays the module
 from fgx.tables.tune import tune as tune_table     # fgx.tables.tune stays the module
 
 __all__ = ["TOLERANCE", "TablesError", "identical_rows", "load_targets", "markdown", "record_result", "reproduce",
-           "reproduction_markdown", "spot_check", "table_names", "tune_table"]
+           "reproduction_markdown", "spot_check", "table_names", "tally_tables", "tune_table"]

@@ -1,21 +1,27 @@
 """The checks of a table and its computed status.
 
 A table's status is never typed: it is computed here from a record (or run directories) and the
-targets. Checks: paper values within a tolerance; orderings, decided pair by pair on paired seeds
-(fgx/tables/stats.py: holds, fails or inconclusive); a floor over the trivial predictor; equal effort
-(every method given its values the same way); and whether the methods were still improving at the
-end of the protocol. Only "holds" counts toward "reproduced".
+targets. Checks: paper values within a tolerance; orderings, each tested on paired seeds and the test
+items (fgx/tables/stats.py) and adjusted together by Holm's step-down: holds, fails or inconclusive; a
+floor over the trivial predictor; equal effort (every method given its values the same way); rows that
+differ in outcome; and, shown, whether the methods were still improving at the end of the protocol.
+"reproduced" needs at least one paper value or ordering that holds; a row the record lacks is "not run".
 """
 from __future__ import annotations
 
 import json
 import statistics
+
+import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgx.tables.stats import TEST_NAME, paired_outcome
+from fgx.tables.stats import TEST_NAME, Paired, SeedTerm, adjust, paired_outcome
 
 _OUTCOME_OF = {True: "holds", False: "fails", None: "shown"}
+# what a check is of: a paper's number (accounting tables' checks too), an ordering, the floor over the
+# trivial predictor, equal effort, rows that differ in outcome
+KINDS = ("paper", "ordering", "floor", "effort", "rows")
 
 
 @dataclass
@@ -23,12 +29,17 @@ class Check:
     what: str
     paper: str
     fgx: str
-    ok: bool | None          # True: holds; False: fails; None: shown only, or inconclusive (see outcome)
-    outcome: str = ""        # holds | fails | inconclusive | shown
+    ok: bool | None          # True: holds; False: fails; None: shown only, inconclusive or not run (see outcome)
+    outcome: str = ""        # holds | fails | inconclusive | not run | shown
+    kind: str = "paper"
+    test: Paired | None = field(default=None, repr=False, compare=False)   # an ordering's test
 
     def __post_init__(self):
         if not self.outcome:
             self.outcome = _OUTCOME_OF[self.ok]
+
+    def as_dict(self) -> dict:
+        return {k: v for k, v in self.__dict__.items() if k != "test"}
 
 
 @dataclass
@@ -56,24 +67,37 @@ class ReproResult:
         if all(c.outcome == "holds" for c in decided):
             return "all checks hold"
         parts = [f"{self.count('holds')}/{len(decided)} checks hold"]
-        parts += [f"{self.count(o)} {o}" for o in ("fails", "inconclusive") if self.count(o)]
+        parts += [f"{self.count(o)} {o}" for o in ("fails", "inconclusive", "not run") if self.count(o)]
         return ", ".join(parts)
 
     @property
     def status(self) -> str:
-        """Computed, never typed: reproduced only when every check holds on a record that is current."""
+        """Computed, never typed: reproduced only when every check holds on a record that is current and
+        at least one of them tested a paper value or an ordering (floors and effort alone: runs as
+        expected); refused when two rows came out equal in every number."""
         if self.record is None:
             return "not yet run"
         if self.stale:
             return "stale"
-        decided = [c.outcome for c in self.checks if c.outcome != "shown"]
+        decided = [c for c in self.checks if c.outcome != "shown"]
         if not decided:
             return "shown only"
-        if "fails" in decided:
+        outcomes = {c.outcome for c in decided}
+        if any(c.kind == "rows" and c.outcome == "fails" for c in decided):
+            return "refused"
+        if "fails" in outcomes:
             return "not reproduced"
-        if "inconclusive" in decided:
+        if "not run" in outcomes:
+            return "incomplete"
+        if "inconclusive" in outcomes:
             return "inconclusive"
-        return "reproduced"
+        if any(c.kind in ("paper", "ordering") for c in decided):
+            return "reproduced"
+        return "runs as expected"
+
+
+STATUSES = ("reproduced", "runs as expected", "inconclusive", "incomplete", "not reproduced", "refused", "stale",
+            "not yet run", "shown only")
 
 
 def _group_means(rep, metric: str) -> list[tuple[dict, float, float, int]]:
@@ -114,22 +138,59 @@ def base_metric(metric: str) -> str:
     return metric
 
 
-def sampling_error(runs: list, groups: list[dict], by: list[str], metric: str) -> float | None:
-    """The mean bootstrap standard error over test items (summary ``sampling_se``) of the runs of these
-    groups; None when the runs did not measure it (tasks whose algorithm computes its own metrics)."""
+def _state_metric(summary: dict, metric: str) -> tuple[str, str] | None:
+    """The model state and metric a reported column is read from (``best_client_accuracy``: the
+    best_client state's accuracy), when the run reports it as a test metric; None for other columns
+    (unlearning costs, bytes)."""
+    for prefix, state in (("best_client_", "best_client"), ("best_", "best"), ("", "final")):
+        if metric.startswith(prefix):
+            base = metric[len(prefix):]
+            node = summary.get(state) if state == "final" else (summary.get(state) or {}).get("test")
+            if isinstance(node, dict) and base in node:
+                return state, base
+    return None
+
+
+def seed_terms(rep, ga: dict, gb: dict, metric: str) -> dict[str, SeedTerm | None]:
+    """Per seed both groups ran, the evaluation-data term of their difference (fgx/tables/stats.py): the
+    difference of their test-item replicates where both runs kept them on the same items, else the bound
+    se_a + se_b from their standard errors, else None (no term)."""
+    from fgx.metrics import decode_replicates
     from fgx.report.runs import group_label
 
-    want = {tuple(str(g[b]) for b in by) for g in groups}
-    vals = []
-    for r in runs:
-        se = (r.summary.get("sampling_se") or {}).get(base_metric(metric)) if r.status == "completed" else None
-        if isinstance(se, (int, float)) and se == se and tuple(str(x) for x in group_label(r, by)) in want:
-            vals.append(float(se))
-    return statistics.mean(vals) if vals else None
+    runs: dict[tuple, dict] = {}
+    for r in rep.runs:
+        if r.status == "completed":
+            runs[(tuple(str(x) for x in group_label(r, rep.by)), str(r.seed))] = r.summary
+    ka, kb = (tuple(str(g[b]) for b in rep.by) for g in (ga, gb))
+    out = {}
+    for (key, seed), sa in runs.items():
+        if key != ka or (kb, seed) not in runs:
+            continue
+        sb = runs[(kb, seed)]
+        where = _state_metric(sa, metric)
+        if where is None or _state_metric(sb, metric) != where:
+            out[seed] = None
+            continue
+        state, base = where
+        kept = [((s.get("sampling") or {}).get(state) or {}).get(base) for s in (sa, sb)]
+        splits = [((s.get("sampling") or {}).get("split") or {}).get(state) for s in (sa, sb)]
+        if all(isinstance(k, dict) for k in kept):
+            ra, rb = (decode_replicates(k) for k in kept)
+            if ra.size == rb.size and splits[0] == splits[1]:
+                out[seed] = SeedTerm(ra - rb, splits[0])
+            else:       # not the same items: the two runs' draws are not paired
+                out[seed] = SeedTerm(bound=float(np.nanstd(ra, ddof=1) + np.nanstd(rb, ddof=1)))
+            continue
+        ses = [(s.get("sampling_se") or {}).get(base) for s in (sa, sb)]
+        ok = all(isinstance(x, (int, float)) and x == x for x in ses)
+        out[seed] = SeedTerm(bound=float(ses[0] + ses[1])) if ok else None
+    return out
 
 
 def compare(rep, t: dict, metric: str) -> list[Check]:
-    """Paper values (within a tolerance) and orderings (pair by pair on paired seeds)."""
+    """Paper values (within a tolerance) and orderings (each tested on paired seeds and test items, then
+    adjusted together by Holm's step-down: the table's family-wise error at 5 %)."""
     groups = _group_means(rep, metric)
     checks = []
     for row in t.get("rows") or []:
@@ -139,7 +200,7 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         paper = row.get("paper")
         paper_s = "-" if paper is None else f"{paper:.4f}" if isinstance(paper, (int, float)) else str(paper)
         if not hit:
-            checks.append(Check(f"{metric} of {label}", paper_s, "no completed run", False))
+            checks.append(Check(f"{metric} of {label}", paper_s, "no completed run", None, "not run"))
             continue
         _, mean, std, n = hit[0]
         tol = row.get("tolerance")
@@ -147,14 +208,19 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         std_s = f" ± {std:.4f}" if n > 1 and std == std else ""
         what = f"{metric} of {label}" + (f" (|Δ| ≤ {tol})" if tol is not None else "")
         checks.append(Check(what, paper_s, f"{mean:.4f}{std_s}", ok))
-    for o in t.get("ordering") or []:
-        checks += ordering_checks(rep, o, o.get("metric", metric))
-    return checks
+    orderings = [c for o in t.get("ordering") or [] for c in ordering_checks(rep, o, o.get("metric", metric))]
+    adjust([c.test for c in orderings if c.test is not None])
+    for c in orderings:
+        if c.test is not None:
+            c.outcome, c.fgx = c.test.outcome, c.test.describe()
+            c.ok = {"holds": True, "fails": False}.get(c.outcome)
+    return checks + orderings
 
 
 def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
-    """One check per adjacent pair of ``o['order']`` (a ≥ b, b ≥ c, ...), each decided on the seeds both
-    ran (fgx/tables/stats.py), with the mean paired difference and its interval shown."""
+    """One check per adjacent pair of ``o['order']`` (a ≥ b, b ≥ c, ...), each tested on the seeds both
+    ran and their test items (fgx/tables/stats.py), not yet adjusted (``compare`` adjusts a table's
+    orderings together). A row the record lacks is "not run"."""
     key, order = o["key"], [str(x) for x in o["order"]]
     where = {k: str(v) for k, v in (o.get("where") or {}).items()}
     lower = bool(o.get("lower_is_better", False))
@@ -167,14 +233,15 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
             chosen.setdefault(_canon(g[key]), (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {})))
     missing = [x for x in order if _canon(x) not in chosen]
     if missing:
-        return [Check(f"ordering of {metric} by {key}{scope}", sign.join(order), f"missing {missing}", False)]
+        return [Check(f"ordering of {metric} by {key}{scope}", sign.join(order), f"not run: {missing}", None,
+                      "not run", kind="ordering")]
     out = []
     for a, b in zip(order, order[1:]):
         (ga, va), (gb, vb) = chosen[_canon(a)], chosen[_canon(b)]
-        se = sampling_error(rep.runs, [ga, gb], rep.by, metric)
-        p = paired_outcome(va, vb, lower_is_better=lower, sampling_error=se)
+        p = paired_outcome(va, vb, lower_is_better=lower, items=seed_terms(rep, ga, gb, metric))
         ok = {"holds": True, "fails": False}.get(p.outcome)
-        out.append(Check(f"{metric}: {a}{sign}{b}{scope}", f"{a}{sign}{b}", p.describe(), ok, p.outcome))
+        out.append(Check(f"{metric}: {a}{sign}{b}{scope}", f"{a}{sign}{b}", p.describe(), ok, p.outcome,
+                         kind="ordering", test=p))
     return out
 
 
@@ -215,7 +282,7 @@ def floor_checks(rep, runs: list, metric: str, margin: float) -> list[Check]:
             continue
         floor = trivial[key(g)] + margin
         what = f"{', '.join(f'{k}={v}' for k, v in g.items())}: {metric} ≥ {label} + {margin:g}"
-        out.append(Check(what, f"≥ {floor:.4f}", f"{mean:.4f}", mean >= floor))
+        out.append(Check(what, f"≥ {floor:.4f}", f"{mean:.4f}", mean >= floor, kind="floor"))
     return out
 
 
@@ -247,6 +314,17 @@ def _tuned_values_unused(conf: Path, source: str, method: str, key: str, record:
     return out
 
 
+def tuning_open_edges(entry: dict, tune: dict | None = None) -> list[str]:
+    """The keys a tune record's row chose at an open edge of its grid: as `fgx tune` recorded them
+    (``open_edges``), or, for a record made before it grew grids, found from its grid and choice."""
+    from fgx.tables.tune import Grid, open_edges
+
+    if "open_edges" in entry:
+        return list(entry["open_edges"])
+    grid = entry.get("grid") or {}
+    return open_edges(Grid(list(grid), list(grid.values()), ""), entry.get("chosen") or {}, (tune or {}).get("bounds"))
+
+
 def row_key(sweep: dict) -> str | None:
     """The key whose values are a table's rows (methods): `method`, else a swept `algorithm`."""
     return "method" if "method" in sweep else "algorithm" if "algorithm" in sweep else None
@@ -254,6 +332,15 @@ def row_key(sweep: dict) -> str | None:
 
 def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep: dict,
                  tuned_from: str | None = None) -> Check | None:
+    """Equal effort (see _effort_check), a check of kind ``effort``."""
+    c = _effort_check(conf, name, record, t, tune, sweep, tuned_from)
+    if c is not None:
+        c.kind = "effort"
+    return c
+
+
+def _effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep: dict,
+                  tuned_from: str | None = None) -> Check | None:
     """Equal effort, strictly: the rows of one comparison were given their values the same way, as the
     targets declare in ``effort`` (``tune``: the preset's ``table.tune``) and the files show:
 
@@ -292,16 +379,25 @@ def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep
         if key != "method" or left:
             return Check(what, paper, f"declared tuned; not tuned by `fgx tune {source}`: {', '.join(left or rows)}",
                          False)
-        trials = {m: len(tuned[m].get("trials", [])) for m in rows}
+        # the budget is the base grid every row starts from (a grid grown past an open edge adds points)
+        trials = {m: tuned[m].get("base_points", len(tuned[m].get("trials", []))) for m in rows}
         if len(set(trials.values())) > 1:
             return Check(what, paper, f"unequal tuning budgets (trials: {trials})", False)
         hinge = list((tune or {}).get("hinge") or [])
         lacking = []
         if hinge:
+            configs = record.get("configs") or {}
+            row_config = {e["overrides"][key]: configs.get(e.get("config_sha")) or {}
+                          for e in record.get("runs", []) if key in e.get("overrides", {})}
             for m in rows:
                 h = tuned[m].get("hinge")
-                lacking += [f"{m}: tuned before hinge keys were recorded"] if h is None else \
-                    [f"{m}: {k}" for k, in_grid in h.items() if not in_grid]
+                if h is None:
+                    lacking.append(f"{m}: tuned before hinge keys were recorded")
+                    continue
+                lacking += [f"{m}: {k}" for k, in_grid in h.items() if not in_grid]
+                # a knob the preset requires now, which the row has, but its tuning never judged
+                lacking += [f"{m}: {k}" for k in hinge if k not in h and any(
+                    _select(row_config.get(m, {}), alt.strip()) is not None for alt in k.split("|"))]
         if lacking:
             return Check(what, paper, f"the grid leaves out the knob the comparison hinges on ({'; '.join(lacking)})",
                          False)
@@ -309,11 +405,16 @@ def effort_check(conf: Path, name: str, record: dict, t: dict, tune: dict, sweep
         if unused:
             return Check(what, paper, "runs without their row's tuned values: " + "; ".join(unused[:4])
                          + (f" (and {len(unused) - 4} more)" if len(unused) > 4 else ""), False)
-        edges = [f"{m} {k}" for m in rows for k in tuned[m].get("at_edge", [])]
-        return Check(what, paper, f"every row tuned by `fgx tune {source}` ({next(iter(trials.values()))} trials each"
-                     + (f", on validation of {source}, applied to this configuration alike" if tuned_from else "")
-                     + (f"; hinge keys {hinge}" if hinge else "") + ")"
-                     + (f"; chosen at a grid edge: {', '.join(edges)}" if edges else ""), True)
+        edges = [f"{m} {k}" for m in rows for k in tuning_open_edges(tuned[m], tune)]
+        one_seed = sorted(m for m in rows if len(tuned[m].get("seeds") or [0]) < 2)
+        how = (f"every row tuned by `fgx tune {source}` ({next(iter(trials.values()))} trials each"
+               + (f", on validation of {source}, applied to this configuration alike" if tuned_from else "")
+               + (f"; hinge keys {hinge}" if hinge else "") + ")")
+        if edges or one_seed:
+            return Check(what, paper, how + (f"; chosen at an open grid edge (the optimum may lie outside; "
+                                             f"`fgx tune {source}` grows the grid): {', '.join(edges)}" if edges else "")
+                         + (f"; tuned on one seed: {', '.join(one_seed)}" if one_seed else ""), False)
+        return Check(what, paper, how, True)
     if tuned_files:
         return Check(what, paper, f"declared {effort}, but tuned files exist for {', '.join(tuned_files)}", False)
     if effort == "authors":
@@ -371,10 +472,11 @@ def progress_notes(record: dict, sweep: dict, threshold: float = 0.005) -> list[
     return out
 
 
-def equal_rows_notes(record: dict, sweep: dict) -> list[str]:
+def equal_rows_checks(record: dict, sweep: dict) -> list[Check]:
     """Rows whose every evaluated number equals another row's on every seed both ran (at least two):
-    the row's mechanism never made it differ (GCFL whose split condition never held is FedAvg), so
-    the row is that other method relabelled, whatever its config says. Shown with every table."""
+    the row's mechanism never made it differ (GCFL whose split condition never held is FedAvg), so the
+    row is that other method relabelled, whatever its config says. Refused like two rows that resolve
+    to one config (a failing check of kind ``rows``: the table reads "refused")."""
     key = row_key(sweep)
     if key is None:
         return []
@@ -389,8 +491,10 @@ def equal_rows_notes(record: dict, sweep: dict) -> list[str]:
         for b in rows[i + 1:]:
             shared = set(runs[a]) & set(runs[b])
             if len(shared) >= 2 and all(runs[a][s] == runs[b][s] for s in shared):
-                out.append(f"{key}={a} equals {key}={b} in every number on all {len(shared)} shared seeds: "
-                           f"its mechanism never acted in this protocol, so the row is {b} relabelled.")
+                out.append(Check(f"rows differ: {key}={a}, {key}={b}", "rows that can differ",
+                                 f"equal in every number on all {len(shared)} shared seeds: its mechanism never "
+                                 f"acted in this protocol, so {a} is {b} relabelled; change the preset so it can "
+                                 f"act, or drop the row", False, kind="rows"))
     return out
 
 
@@ -412,7 +516,8 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep))
     res.extra = {"table": json.loads(rep.table.to_json(orient="records")), "metric": metric}
     if t.get("ordering"):
-        res.notes.append(f"Orderings: {TEST_NAME} over paired seeds (same partition, split and initialisation); "
-                         f"holds/fails when the interval excludes 0, inconclusive otherwise or when the gap is "
-                         f"below the test split's bootstrap sampling error.")
+        res.notes.append(f"Orderings: {TEST_NAME} (docs/tables.md). Seeds are paired (same partition, split and "
+                         f"initialisation), and so are the test items: each run keeps bootstrap replicates "
+                         f"drawn alike over its test items' ids. holds/fails: Holm-adjusted p < 0.05; "
+                         f"inconclusive otherwise, or without two paired seeds or an evaluation-data term.")
     return res

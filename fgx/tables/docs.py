@@ -5,10 +5,9 @@ from pathlib import Path
 
 from fgx.tables.checks import ReproResult
 from fgx.tables.render import markdown
-from fgx.tables.run import LACKS_NOTE, record_result
+from fgx.tables.run import LACKS_NOTE, OFFLINE_DATA, record_result
 from fgx.tables.spec import load_targets, table_compositions, table_names
 
-OFFLINE_DATA = "../shared/data"      # the data root beside the checkout, as the tests and CI use it
 
 HEADER = [
     "# Reproducing the papers", "",
@@ -16,15 +15,21 @@ HEADER = [
     "the checks in `conf/targets/*.yaml`; do not edit by hand. Every number here comes from a record that",
     "`fgx repro NAME --record` wrote; each run in it keeps its own command, commit, date and machine, and a",
     "fingerprint of the code it executed. A status is computed:",
-    "**reproduced** = every check holds; **not reproduced** = some check fails (its numbers are shown);",
-    "**inconclusive** = none fails, but some ordering is inside the noise; **stale** = the preset, a source",
-    "file or a library version its runs used changed since the record was made (what changed is named);",
-    "**not yet run** = no record; **shown only** = the table has no checks (e.g. held-out paper values).", "",
-    "*Orderings* are decided on paired seeds (every method of a seed shares its partition, split and",
-    "initialisation): the 95 % paired t-interval of the mean difference. **holds** = the interval lies on",
-    "the claimed side of 0; **fails** = on the other side; **inconclusive** = it contains 0, or the gap is",
-    "below the test split's sampling error (bootstrap over test items). Seeds: 5 where a run takes under",
-    "~2 min on 2 cores, 3 otherwise; the preset says how many.", "",
+    "**reproduced** = every check holds and at least one of them is a paper value or an ordering;",
+    "**runs as expected** = every check holds, but they are floors and effort only (nothing of the paper's",
+    "was tested); **not reproduced** = some check fails (its numbers are shown); **inconclusive** = none",
+    "fails, but some ordering is inside the noise; **incomplete** = a row a check needs was not run;",
+    "**refused** = two rows came out equal in every number (one is the other relabelled); **stale** = the",
+    "preset, a source file, a library version or a data file its runs used changed since the record was",
+    "made (what changed is named); **not yet run** = no record; **shown only** = the table has no checks.", "",
+    "*Orderings* are tested on paired seeds and paired test items (docs/tables.md, \"How an ordering is",
+    "decided\"): a t-test whose variance adds to the seeds' spread the part of the test items' noise the",
+    "seeds share (from bootstrap replicates each run keeps, drawn alike over its test items; records made",
+    "before runs kept them use a bound from the runs' standard errors), then Holm's step-down across the",
+    "table's orderings. **holds** / **fails** = Holm-adjusted p < 0.05 in the claimed / the other",
+    "direction; **inconclusive** = otherwise, or fewer than two paired seeds, or no evaluation-data term.",
+    "*Seeds*: 10 where a run takes < 10 s, 5 where < 2 min, 3 otherwise; each table says its rule and",
+    "whether it is below it.", "",
     "*Data*: **real** = the paper's dataset; **generated** = an offline stand-in generator (orderings, not",
     "absolute numbers, are comparable); **scaled** = the real data with a smaller budget (fewer rounds or",
     "clients) than the paper; **substitute** = another real dataset in place of the paper's (offline);",
@@ -49,21 +54,75 @@ def reproduction_markdown(conf: Path) -> str:
     papers: dict[str, list] = {}
     for e in entries:
         papers.setdefault(e[0], []).append(e)
-    out = list(HEADER)
+    out = list(HEADER) + before_after(conf, {e[2]: e[4] for e in entries})
     for paper in sorted(papers):
         out += [f"## {paper}", ""]
         rows = []
         for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
             checks = _checks_cell(res, jobs.get(name)) if res.record else \
                 _why_not_run(comps.get(name, (None, {}))[1], data_root)
-            rows.append([item, t.get("data", "?"), f"**{res.status}**", checks,
+            rows.append([item, t.get("data", "?"), f"**{res.status}**", checks, _seeds_cell(res),
                          f"`fgx repro {name}{_cost_mark(t, res, jobs.get(name))}`"])
-        out += [to_markdown(["item", "data", "status", "checks", "command"], rows), ""]
+        out += [to_markdown(["item", "data", "status", "checks", "seeds", "command"], rows), ""]
         for _, item, name, t, res in sorted(papers[paper], key=lambda e: (e[1], e[2])):
             if res.record is None:
                 continue
             out += [f"### {item} — `{name}`", "", _provenance_line(res.record), "", markdown(res, heading=False), ""]
     return "\n".join(out)
+
+
+BEFORE = "results/decisions_before_64.json"     # `fgx repro --tally` on the records, before #64's decision code
+
+
+def before_after(conf: Path, results: dict) -> list[str]:
+    """The section comparing how the tables decided before issue #64's decision code (a tally committed
+    then, ``fgx repro --tally``) with how they decide now, and why each changed table changed."""
+    import json
+
+    from fgx.tables.tally import ORDER_OUTCOMES, reason_of_change, tally
+
+    from fgx.tables.records import results_dir
+
+    path = results_dir(Path(conf).resolve()) / Path(BEFORE).name
+    if not path.exists():
+        return []
+    before, now = json.loads(path.read_text()), tally(conf, results=results)
+    fmt = lambda counts: ", ".join(f"{counts.get(o, 0)} {o}" for o in ORDER_OUTCOMES)
+    statuses = sorted(set(before["decisions"]) | set(now["decisions"]))
+    out = ["## Decisions before and after issue #64", "",
+           f"Orderings, over every recorded table: before (the records judged by the decision code of commit "
+           f"{before['commit']}, `{BEFORE}`) {fmt(before['orderings'])}; now {fmt(now['orderings'])}.", "",
+           "Tables by decision (the status their checks give, whether or not the record is stale):", "",
+           _md(["decision", "before", "now"], [[s, before["decisions"].get(s, 0), now["decisions"].get(s, 0)]
+                                               for s in statuses]), ""]
+    rows = []
+    for name, t in now["tables"].items():
+        b = before["tables"].get(name) or {"decision": "not a table then", "record": None, "seeds": 0, "runs": 0}
+        if b["decision"] in ("not yet run", "not a table then") and t["decision"] == "not yet run":
+            continue
+        if b["decision"] != t["decision"] or b.get("counts") != t["counts"] or \
+                ("record" in b and b["record"] != t.get("record")):
+            rows.append([f"`{name}`", b["decision"], t["decision"], reason_of_change(b, t)])
+    if rows:
+        out += ["Tables whose decision, orderings or record changed, and why (from the two tallies: a record made again, "
+                "with its runs and seeds; the orderings' outcomes; why the undecided ones are undecided now, e.g. "
+                "no evaluation-data term or not significant after Holm's adjustment; the other checks that do not "
+                "hold now):", "",
+                _md(["table", "before", "now", "why"], rows), ""]
+    return out
+
+
+def _md(header: list[str], rows: list[list]) -> str:
+    from fgx.report.table import to_markdown
+    return to_markdown(header, [[str(x) for x in r] for r in rows])
+
+
+def _seeds_cell(res: ReproResult) -> str:
+    """The seeds a table runs and, where the written rule asks for more, that it is below it."""
+    info = res.extra.get("seeds") or {}
+    if not info:
+        return "-"
+    return f"{info['seeds']}" + (f" (rule: {info['rule']}; **below**)" if info.get("below") else "")
 
 
 def _checks_cell(res: ReproResult, jobs: int | None) -> str:

@@ -29,7 +29,7 @@ from fgx.report.runs import IGNORED_OVERRIDES, Run
 # summary.json keys a record keeps (per-client lists and run-directory paths stay in the run directory)
 SUMMARY_KEYS = ("status", "main_metric", "final", "best", "best_client", "privacy", "unlearning", "total_bytes",
                 "wall_time_s", "train_time_s", "peak_rss_mb", "seed", "components", "data", "config_sha",
-                "sampling_se", "rounds")
+                "sampling_se", "sampling", "rounds")
 PROVENANCE_KEYS = ("command", "launched_by", "commit", "dirty", "date", "machine", "code")
 _DROP_NESTED = {"best": ("per_client",), "best_client": ("rounds",)}
 
@@ -171,6 +171,32 @@ def record_runs(record: dict) -> list[Run]:
     """The record's runs as report rows (what `fgx report` builds its tables from)."""
     return [Run(Path(f"results/{record['table']}.json#{i}"), e["summary"].get("status", "completed"),
                 dict(e["overrides"]), e["summary"]) for i, e in enumerate(record.get("runs", []))]
+
+
+def data_staleness(record: dict, data_root: Path) -> tuple[list[str], str | None]:
+    """(data files that changed since the record's runs read them, a note on runs whose data cannot be
+    told). Runs recorded before data fingerprints, or whose files are not under ``data_root`` here, are
+    unknown: said, never stale by themselves (every earlier record would otherwise be)."""
+    from fgx.provenance import data_changes
+
+    changed, unknown = [], {}
+    for e in record.get("runs", []):
+        got, why = data_changes((e.get("code") or {}).get("data"), data_root)
+        changed += [c for c in got if c not in changed]
+        if why:
+            unknown[why] = unknown.get(why, 0) + 1
+    note = "; ".join(f"{n} run(s): {why}" for why, n in sorted(unknown.items())) if unknown else None
+    return changed, (f"Data files: unknown for {note}." if note else None)
+
+
+def kernel_sets(record: dict) -> list[str]:
+    """The CPU kernel sets the record's runs ran with (``machine.kernels``; older runs: unknown)."""
+    out = set()
+    for e in record.get("runs", []):
+        k = (e.get("code") or {}).get("kernels") or (e.get("machine") or {}).get("kernels")
+        out.add(f"{k.get('torch')} / {', '.join(k.get('blas') or []) or 'BLAS not named'}" if isinstance(k, dict)
+                else "unknown (recorded before kernels were kept)")
+    return sorted(out)
 
 
 def code_staleness(record: dict) -> list[str]:

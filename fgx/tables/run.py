@@ -16,12 +16,18 @@ from pathlib import Path
 
 from fgx.provenance import launched_by
 from fgx.tables.accounting import run_accounting
-from fgx.tables.checks import Check, ReproResult, effort_check, equal_rows_notes, progress_notes, row_key, table_from_runs
 from fgx.tables.errors import TablesError
-from fgx.tables.records import (code_staleness, load_record, merge, provenance, results_dir, run_entry,
-                                update_record, write_record)
+from fgx.tables.checks import (Check, ReproResult, effort_check, equal_rows_checks, progress_notes, row_key,
+                               table_from_runs)
 from fgx.tables.render import markdown
+from fgx.tables.records import (code_staleness, data_staleness, kernel_sets, load_record, merge, provenance,
+                                results_dir, run_entry,
+                                update_record, write_record)
+from fgx.tables.seeds import seeds_note
 from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, table_sweeps, targets_sha
+
+
+OFFLINE_DATA = "../shared/data"      # the data root beside the checkout, as the tests and CI use it
 
 
 def _stamp() -> str:
@@ -29,21 +35,34 @@ def _stamp() -> str:
 
 
 def stale_cells(conf: Path, name: str, record: dict) -> list[str]:
-    """Cells of the record whose config differs from what the preset resolves to now."""
+    """Cells of the record whose config differs from what the preset resolves to now. How the table is
+    tuned (``table.tune``: its grid, seeds, hinge keys) is not what a cell computes: a change there leaves
+    the cells as they are (the equal-effort check judges the tuning)."""
     keys = sweep_keys(conf, name)
     stale, cache = [], {}
+    configs = record.get("configs") or {}
     for e in record.get("runs", []):
         cell = {k: v for k, v in e["overrides"].items() if k in keys and k != "seed"}
         label = " ".join(f"{k}={v}" for k, v in cell.items()) or name
         ck = json.dumps(cell, sort_keys=True)
         if ck not in cache:
             try:
-                cache[ck] = cell_config(name, cell)[1]
+                cache[ck] = cell_config(name, cell)
             except Exception as exc:  # noqa: BLE001 - a cell that no longer composes is stale, with the reason
-                cache[ck] = f"error: {exc}"
-        if cache[ck] != e.get("config_sha") and label not in stale:
+                cache[ck] = ({}, f"error: {exc}")
+        want, sha = cache[ck]
+        same = sha == e.get("config_sha") or (
+            e.get("config_sha") in configs and _without_tuning(configs[e["config_sha"]]) == _without_tuning(want))
+        if not same and label not in stale:
             stale.append(label)
     return stale
+
+
+def _without_tuning(config: dict) -> str:
+    c = json.loads(json.dumps(config, default=str))
+    if isinstance(c.get("table"), dict):
+        c["table"].pop("tune", None)
+    return json.dumps(c, sort_keys=True)
 
 
 def missing_cells(conf: Path, name: str, record: dict) -> list[str]:
@@ -97,6 +116,9 @@ def result_of_record(conf: Path, name: str, record: dict | None, t: dict | None 
     if check_stale:
         res.stale = [f"config of {c}" for c in stale_cells(conf, name, record)]
         res.stale += [f"code: {c}" for c in code_staleness(record)]
+        changed, unknown = data_staleness(record, Path(conf).resolve().parent / OFFLINE_DATA)
+        res.stale += changed
+        res.notes += [unknown] if unknown else []
         missing = missing_cells(conf, name, record)
         if missing:
             res.stale.append(_missing_note(name, missing))
@@ -104,7 +126,13 @@ def result_of_record(conf: Path, name: str, record: dict | None, t: dict | None 
     effort = effort_check(conf, name, record, t, preset.get("tune") or {}, sweep, preset.get("tuned_from"))
     if effort is not None:
         res.checks.append(effort)
-    res.notes += progress_notes(record, sweep) + equal_rows_notes(record, sweep)
+    res.checks += equal_rows_checks(record, sweep)
+    note, res.extra["seeds"] = seeds_note(record, sweep, preset.get("seeds_rule"))
+    res.notes += ([note] if note else []) + progress_notes(record, sweep)
+    kern = kernel_sets(record)
+    if kern:
+        res.notes.append(("CPU kernels: " if len(kern) == 1 else f"CPU kernels, {len(kern)} sets among the runs "
+                          f"(numbers may differ at floating-point level between them): ") + "; ".join(kern) + ".")
     return res
 
 
@@ -189,7 +217,7 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
         res = run_accounting(name, t, out)
         res.record = {"table": name, "targets_sha": targets_sha(t), **provenance(command),
                       "accounting": {"table_markdown": res.table_markdown,
-                                     "checks": [c.__dict__ for c in res.checks]}}
+                                     "checks": [c.as_dict() for c in res.checks]}}
         res.files.append(write_record(conf, name, res.record) if record else _write_local(out, name, res.record))
         res.files += _write(res, out, res.extra)
         return res
@@ -277,6 +305,6 @@ def _write(res: ReproResult, out_dir: Path, extra: dict) -> list[Path]:
     rd = RunDir(out_dir)
     rd.write_json("repro.json", {"name": res.name, "paper": res.targets["paper"], "item": res.targets["item"],
                                  "data": res.targets["data"], "verdict": res.verdict, "status": res.status,
-                                 "checks": [c.__dict__ for c in res.checks], "notes": res.notes, **extra})
+                                 "checks": [c.as_dict() for c in res.checks], "notes": res.notes, **extra})
     atomic_write_bytes(rd.file("repro.md"), (markdown(res) + "\n").encode())
     return [rd.file("repro.json"), rd.file("repro.md")]

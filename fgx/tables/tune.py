@@ -12,11 +12,17 @@ The table preset says how (``conf/experiment/TABLE.yaml``)::
             algorithm.lr: {times: [0.2, 1.0, 5.0]}          # relative to the method's own value in the table
             algorithm.weight_decay: [1.0e-6, 5.0e-4]        # absolute values
 
-Every grid point of every method is one run per tuning seed (a Hydra multirun per method, so any Hydra
-launcher parallelises it); the point with the highest mean validation score wins (the first in grid
-order on a tie). The chosen values go into ``conf/tuned/TABLE/METHOD.yaml``, which the table loads
-after the method's own file (``optional /tuned/TABLE@_global_: ${method}`` in its defaults), with a
-comment naming the command; every trial goes into ``results/TABLE.tune.json``."""
+Every grid point of every method is one run per tuning seed (at least two seeds: one seed's noise picks
+the optimum otherwise), as a Hydra multirun per method, so any Hydra launcher parallelises it; the point
+with the best mean validation score wins (the first in grid order on a tie). A numeric value chosen at
+an open edge of its grid (its smallest or largest value, not a physical bound: 0, or a bound the
+preset's ``table.tune.bounds`` gives) means the optimum may lie outside: the grid grows past that edge by
+the ratio of its two outermost values and the new points run, until the choice is interior or sits on a
+physical bound, at most ``table.tune.max_grow`` times (default 3). A choice still at an open edge is
+kept in the tune record (``open_edges``) and fails the table's equal-effort check. The chosen values go
+into ``conf/tuned/TABLE/METHOD.yaml``, which the table loads after the method's own file
+(``optional /tuned/TABLE@_global_: ${method}`` in its defaults), with a comment naming the command;
+every trial goes into ``results/TABLE.tune.json``."""
 from __future__ import annotations
 
 import itertools
@@ -31,6 +37,12 @@ from fgx.report.runs import IGNORED_OVERRIDES
 from fgx.tables.errors import TablesError
 
 SELECT = {"best": ("best", "val"), "best_client": ("best_client", "val")}
+MIN_SEEDS = 2
+MAX_GROW = 3
+# physical bounds of common knobs (a choice there is not an open edge): a rate or a penalty cannot go
+# below 0, a dropout probability or UniFilter's tau above 1; ``table.tune.bounds`` adds or overrides
+BOUNDS = {"weight_decay": (0.0, None), "dropout": (0.0, 1.0), "mu": (0.0, None), "eps1": (0.0, None),
+          "eps2": (0.0, None), "tau": (0.0, 1.0)}
 
 
 @dataclass
@@ -73,6 +85,9 @@ def tune_spec(name: str) -> dict:
         raise TablesError(f"{name}: table.tune.select={spec.get('select')!r}; allowed: {list(SELECT)}")
     spec.setdefault("seeds", [0])
     spec.setdefault("select", "best")
+    if len(spec["seeds"]) < MIN_SEEDS:
+        raise TablesError(f"{name}: table.tune.seeds={spec['seeds']}: tuning needs at least {MIN_SEEDS} seeds (one "
+                          f"seed's noise would pick the optimum; docs/tables.md)")
     return spec
 
 
@@ -125,8 +140,6 @@ def score(summary: dict, select: str) -> float | None:
 
 def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: list[str] | None = None,
          out: Path | None = None, dry_run: bool = False) -> dict:
-    from fgx.launch import run as launch
-    from fgx.report.runs import find_runs
     from fgx.tables.records import provenance, update_record
 
     overrides = list(overrides or [])
@@ -159,6 +172,7 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
                           + "; ".join(f"{m}: {', '.join(k)}" for m, k in lacking.items()))
     plan = {"table": name, "select": spec["select"], "seeds": spec["seeds"],
             "trials_per_method": next(iter(sizes.values())) * len(spec["seeds"]),
+            "grows": f"past an open edge, up to {spec.get('max_grow', MAX_GROW)} times",
             "methods": {m: {"grid_source": grids[m].source, "grid": dict(zip(grids[m].keys, grids[m].values))}
                         for m in methods}}
     if dry_run:
@@ -170,40 +184,64 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
     tune_record = {"table": name, "methods": {}}
     for m in methods:
         g = grids[m]
-        sweep = [f"{k}={','.join(_fmt(v) for v in vals)}" for k, vals in zip(g.keys, g.values)]
-        from fgx.provenance import launched_by
-
-        with launched_by(command):
-            launch(["-m", f"+experiment={name}", f"method={m}", f"seed={','.join(str(s) for s in spec['seeds'])}",
-                 *sweep, f"hydra.sweep.dir={out / m}",
-                 # one directory per trial (a table's own subdir, e.g. ${method}_s${seed}, would be shared by
-                 # every grid point of a method); the job number is stable, so resume=true skips finished trials
-                 "hydra.sweep.subdir=t${hydra.job.num}", "resume=true", *overrides])
-        trials = []
-        runs = [r for r in find_runs([out / m]) if r.status == "completed"]
-        for point in g.points:
-            hit = [r for r in runs if all(same_value(r.overrides.get(k), v) for k, v in point.items())]
-            vals = [score(r.summary, spec["select"]) for r in hit]
-            vals = [v for v in vals if v is not None]
-            trials.append({"values": point, "val": sum(vals) / len(vals) if vals else None,
-                           "seeds": sorted(int(r.seed) for r in hit)})
-        done = [t for t in trials if t["val"] is not None and len(t["seeds"]) == len(spec["seeds"])]
-        if len(done) < len(trials):
-            raise TablesError(f"{name}/{m}: {len(trials) - len(done)} of {len(trials)} trials did not complete "
-                              f"(see {out / m}); nothing written for this method")
-        from fgx.metrics import LOWER_IS_BETTER
-
-        metric = next((r.summary.get("main_metric") for r in runs if r.summary.get("main_metric")), None)
-        sign = -1.0 if metric in LOWER_IS_BETTER else 1.0    # mse & co.: the smallest validation value wins
-        best = max(done, key=lambda t: sign * t["val"])  # max() keeps the first of equal values: grid order
+        base_points = len(g.points)
+        trials, best, grown = _run_grid(name, m, g, g.points, spec, out / m, command, overrides)
+        for step in range(int(spec.get("max_grow", MAX_GROW))):
+            edges = open_edges(g, best["values"], spec.get("bounds"))
+            if not edges:
+                break
+            old_points = {json.dumps(p, sort_keys=True) for p in g.points}
+            g = grow(g, best["values"], edges, spec.get("bounds"))
+            new = [p for p in g.points if json.dumps(p, sort_keys=True) not in old_points]
+            more, best, _ = _run_grid(name, m, g, new, spec, out / m / f"grow{step + 1}", command, overrides,
+                                      earlier=trials)
+            trials += more
+            grown.append({"step": step + 1, "keys": edges, "grid": dict(zip(g.keys, g.values))})
         write_tuned(conf, name, m, best, g, spec, len(trials), prov)
-        entry = {**plan["methods"][m], "trials": trials, "chosen": best["values"], "val": best["val"],
-                 "select": spec["select"], "seeds": spec["seeds"], "hinge": hinge[m],
+        entry = {**plan["methods"][m], "grid": dict(zip(g.keys, g.values)), "base_points": base_points,
+                 "trials": trials, "chosen": best["values"], "val": best["val"], "select": spec["select"],
+                 "seeds": spec["seeds"], "hinge": hinge[m], "grown": grown,
+                 "open_edges": open_edges(g, best["values"], spec.get("bounds")),
                  "at_edge": at_edge(g, best["values"]), **prov}
         # re-read under the lock: another `fgx tune --methods` of this table may have written since
         tune_record, _ = update_record(conf, f"{name}.tune", lambda r, m=m, entry=entry: {
             **(r or {"table": name}), "methods": {**(r or {}).get("methods", {}), m: entry}})
     return tune_record
+
+
+def _run_grid(name: str, m: str, g: Grid, points: list[dict], spec: dict, out: Path, command: str,
+              overrides: list[str], earlier: list[dict] | None = None) -> tuple[list[dict], dict, list]:
+    """Run ``points`` of method ``m`` on the tuning seeds (one multirun per point, so a grown grid runs
+    only its new points), and return their trials and the best trial among them and ``earlier``."""
+    from fgx.launch import run as launch
+    from fgx.metrics import LOWER_IS_BETTER
+    from fgx.provenance import launched_by
+    from fgx.report.runs import find_runs
+
+    for i, point in enumerate(points):
+        with launched_by(command):
+            launch(["-m", f"+experiment={name}", f"method={m}", f"seed={','.join(str(s) for s in spec['seeds'])}",
+                    *[f"{k}={_fmt(v)}" for k, v in point.items()], f"hydra.sweep.dir={out / f'p{i}'}",
+                    # one directory per trial (a table's own subdir, e.g. ${method}_s${seed}, would be shared by
+                    # every grid point of a method); resume=true skips finished trials
+                    "hydra.sweep.subdir=t${hydra.job.num}", "resume=true", *overrides])
+    runs = [r for r in find_runs([out]) if r.status == "completed"]
+    trials = []
+    for point in points:
+        hit = [r for r in runs if all(same_value(r.overrides.get(k), v) for k, v in point.items())]
+        vals = [score(r.summary, spec["select"]) for r in hit]
+        vals = [v for v in vals if v is not None]
+        trials.append({"values": point, "val": sum(vals) / len(vals) if vals else None,
+                       "seeds": sorted(int(r.seed) for r in hit)})
+    done = [t for t in trials if t["val"] is not None and len(t["seeds"]) == len(spec["seeds"])]
+    if len(done) < len(trials):
+        raise TablesError(f"{name}/{m}: {len(trials) - len(done)} of {len(trials)} trials did not complete "
+                          f"(see {out}); nothing written for this method")
+    metric = next((r.summary.get("main_metric") for r in runs if r.summary.get("main_metric")), None)
+    sign = -1.0 if metric in LOWER_IS_BETTER else 1.0    # mse & co.: the smallest validation value wins
+    pool = (earlier or []) + done
+    best = max(pool, key=lambda t: sign * t["val"])      # max() keeps the first of equal values: grid order
+    return trials, best, []
 
 
 def hinge_keys(name: str, method: str, spec: dict, grid: Grid) -> dict[str, bool]:
@@ -223,6 +261,56 @@ def hinge_keys(name: str, method: str, spec: dict, grid: Grid) -> dict[str, bool
         if any(OmegaConf.select(base, k, default=None) is not None for k in alts):
             out[entry] = any(k in grid.keys for k in alts)
     return out
+
+
+def _bound(key: str, bounds: dict | None) -> tuple[float | None, float | None]:
+    leaf = key.rsplit(".", 1)[-1]
+    b = (bounds or {}).get(key) or (bounds or {}).get(leaf) or BOUNDS.get(leaf) or (None, None)
+    return (None if b[0] is None else float(b[0]), None if b[1] is None else float(b[1]))
+
+
+def open_edges(grid: Grid, chosen: dict[str, Any], bounds: dict | None = None) -> list[str]:
+    """Numeric keys of two or more values whose chosen value is the smallest or largest tried and not a
+    physical bound (0, or the key's bound): the optimum may lie outside the grid."""
+    out = []
+    for k, vals in zip(grid.keys, grid.values):
+        nums = sorted({float(v) for v in vals if isinstance(v, (int, float)) and not isinstance(v, bool)})
+        v = chosen.get(k)
+        if len(nums) < 2 or len(nums) != len(set(vals)) or not isinstance(v, (int, float)) or isinstance(v, bool):
+            continue
+        low, high = _bound(k, bounds)
+        if v == nums[0] and v != 0 and v != low:
+            out.append(k)
+        elif v == nums[-1] and v != high:
+            out.append(k)
+    return out
+
+
+def grow(grid: Grid, chosen: dict[str, Any], keys: list[str], bounds: dict | None = None) -> Grid:
+    """The grid with one more value past the chosen edge of each of ``keys``: the outermost value times
+    the ratio of the two outermost (a grid ending at 0 grows by 5x from its other value), clipped to the
+    key's bound; integer keys stay integers."""
+    values = [list(v) for v in grid.values]
+    for k in keys:
+        i = grid.keys.index(k)
+        nums = sorted({float(v) for v in values[i]})
+        v = float(chosen[k])
+        low, high = _bound(k, bounds)
+        if v == nums[-1]:
+            ratio = nums[-1] / nums[-2] if nums[-2] > 0 else 5.0
+            new = v * ratio if v > 0 else v + (nums[-1] - nums[-2])
+            new = min(new, high) if high is not None else new
+        else:
+            ratio = nums[1] / nums[0] if nums[0] > 0 else 5.0
+            new = v / ratio if v > 0 else v - (nums[1] - nums[0])
+            new = max(new, low) if low is not None else new
+        if all(isinstance(x, int) and not isinstance(x, bool) for x in values[i]):
+            new = int(round(new)) if int(round(new)) not in values[i] else int(new + (1 if v == nums[-1] else -1))
+        else:
+            new = _round(new)
+        if new not in values[i]:
+            values[i] = sorted(values[i] + [new])
+    return Grid(list(grid.keys), values, grid.source)
 
 
 def at_edge(grid: Grid, chosen: dict[str, Any]) -> list[str]:

@@ -307,9 +307,12 @@ def _check_tasks(names: dict, entries: dict) -> None:
     for group in ("algorithm", "model", "partitioner"):
         tasks = entries[group].meta.get("tasks")
         if tasks is not None and task not in tasks:
+            allowed, sibling = _task_siblings(group, names[group], task)
             raise ConfigError(f"{group}.name", names[group],
-                              f"a {group} that supports the {task!r} task of dataset "
-                              f"'{names['dataset']}' ({group} '{names[group]}' supports {list(tasks)})")
+                              f"a {group} that supports the {task!r} task of dataset '{names['dataset']}' "
+                              f"({group} '{names[group]}' supports {list(tasks)})"
+                              + (f"; did you mean {group}={sibling}?" if sibling else "")
+                              + f" Allowed: {', '.join(allowed)}")
     # a partitioner that reads a node attribute only some datasets have (by_community: data.community)
     needs = set(entries["partitioner"].meta.get("needs", ()))
     missing = needs - set(entries["dataset"].meta.get("provides", ()))
@@ -320,6 +323,20 @@ def _check_tasks(names: dict, entries: dict) -> None:
         raise ConfigError("partitioner.name", names["partitioner"],
                           f"a partitioner for dataset '{names['dataset']}': '{names['partitioner']}' needs node "
                           f"attribute(s) {sorted(missing)}, which only datasets {have} provide")
+
+
+def _task_siblings(group: str, name: str, task: str) -> tuple[list[str], str | None]:
+    """The components of ``group`` that support ``task``, and the one nearest ``name`` (its own
+    variant for the task first: fedssp -> fedssp_graph, gin -> gin_graph; else the closest spelling)."""
+    import difflib
+
+    from fgx.registry import GROUPS
+
+    reg = GROUPS[group]
+    allowed = [n for n in reg.names() if task in (reg.get(n).meta.get("tasks") or (task,))]
+    variants = [n for n in allowed if n.startswith(name + "_") or name.startswith(n + "_")]
+    close = variants or difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+    return allowed, (close[0] if close else None)
 
 
 # Keys that say where and how a run is kept, not what it computes: left out of the fingerprint that

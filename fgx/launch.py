@@ -12,6 +12,7 @@ from pathlib import Path
 from fgx.config import ConfigError
 
 FAILED_JOBS: list[str] = []
+DIVERGED_JOBS: list[str] = []
 
 
 def conf_dir() -> Path:
@@ -178,6 +179,7 @@ def run(argv: list[str]) -> int:
                    "--shell-completion", "-sc"}
     multirun = "-m" in argv or "--multirun" in argv
     FAILED_JOBS.clear()
+    DIVERGED_JOBS.clear()
     overrides = _overrides_of(argv)
     shows = {"--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}.intersection(argv)
     if multirun and shows:
@@ -216,9 +218,10 @@ def run(argv: list[str]) -> int:
             early.append(summary.get("error", ""))
             return None
         if summary.get("status") != "completed":
-            FAILED_JOBS.append(hc.runtime.output_dir)
+            diverged = summary.get("status") == "diverged"
+            (DIVERGED_JOBS if diverged else FAILED_JOBS).append(hc.runtime.output_dir)
             with open(os.environ.get("FGX_FAILED_JOBS_FILE", failed_file), "a") as f:
-                f.write(hc.runtime.output_dir + "\n")
+                f.write(("diverged " if diverged else "") + hc.runtime.output_dir + "\n")
             return None
         _print_summary(summary)
         return summary.get("best", {}).get("val") if summary.get("best") else None
@@ -228,18 +231,27 @@ def run(argv: list[str]) -> int:
         hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(job)()
     finally:
         noted = Path(failed_file).read_text().splitlines() if Path(failed_file).exists() else []
-        FAILED_JOBS.extend(d for d in noted if d not in FAILED_JOBS)
+        for line in noted:
+            bucket = DIVERGED_JOBS if line.startswith("diverged ") else FAILED_JOBS
+            d = line.removeprefix("diverged ")
+            if d not in bucket:
+                bucket.append(d)
         Path(failed_file).unlink(missing_ok=True)
     if early:
         kind, _, msg = early[0].partition(": ")
         msg = msg if kind == "ConfigError" else f"data error: {msg}" if kind == "DataError" else early[0]
         print(f"fgx: {msg}\n(stopped before the first round; no run directory was kept)", file=sys.stderr)
         return 2
+    if DIVERGED_JOBS:
+        # listed apart from failures: they ran, and their loss diverged (summary.json: diverged)
+        print(f"fgx: {len(DIVERGED_JOBS)} job(s) diverged (status diverged, not results; fgx/divergence.py); "
+              "see summary.json in: " + ", ".join(DIVERGED_JOBS), file=sys.stderr)
     if FAILED_JOBS:
         print(f"fgx: {len(FAILED_JOBS)} job(s) failed; see summary.json in: " + ", ".join(FAILED_JOBS),
               file=sys.stderr)
         return 1
-    return 0
+    # a single run that diverged did not produce a result: non-zero; a sweep lists its diverged jobs apart
+    return 1 if DIVERGED_JOBS and not multirun else 0
 
 
 # options of `fgx run` (Hydra's) that take a value
@@ -286,16 +298,24 @@ def _print_summary(summary: dict) -> None:
     t = Table(title=f"fgx: {preset + f' ({algo})' if preset else algo} on {summary['data']['name']} "
                     f"({summary['data']['source']} data), test split, mean over clients"
                     + (", before unlearning" if unl else ""))
+    n = (summary.get("partition") or {}).get("num_clients")
+    skipped = summary.get("final_clients_skipped") or {}
     t.add_column("metric")
-    t.add_column("final", justify="right")
-    t.add_column("global", justify="right")
+    t.add_column("mean over clients", justify="right")
+    t.add_column("pooled", justify="right")    # every client's test items as one set
+    if skipped:
+        t.add_column("clients", justify="right")
     for k, val in summary["final"].items():
         if k.startswith("num_"):       # counts kept for bookkeeping (users evaluated per client), not metrics
             continue
-        g = (summary.get("final_global") or {}).get(k)
+        g = (summary.get("final_pooled") or {}).get(k)
         mark = " *" if k == summary["main_metric"] else ""
-        t.add_row(k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}")
+        row = [k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}"]
+        t.add_row(*row, *([f"{n - skipped[k]} of {n}" if k in skipped and n else str(n)] if skipped else []))
     console.print(t)
+    if skipped:
+        console.print("clients: the mean leaves out clients whose value is undefined (a test split of one class "
+                      "for macro F1 and ROC-AUC, none of the minority class for its F1, or no test item)")
     if "final_test_accuracy" in unl:
         console.print(f"unlearning ({unl.get('method')}): {unl.get('requests')} {unl.get('type')} request(s); "
                       f"test accuracy {unl['initial_test_accuracy']:.4f} before, {unl['final_test_accuracy']:.4f} "

@@ -223,7 +223,7 @@ def main() -> int:
                 if [c["test"] for c in part["clients"]] != written["test_nodes"]:
                     raise RuntimeError("fgx did not train on the written clients (test nodes per client differ)")
                 return {"train_s": s["train_time_s"], "startup_s": s.get("startup_s"), "process_s": r.wall_s,
-                        "rss_mb": r.peak_rss_mb, "acc": (s["final_global"] or {}).get("accuracy"),
+                        "rss_mb": r.peak_rss_mb, "acc": (s.get("final_pooled") or s.get("final_global") or {}).get("accuracy"),
                         "eval_model": s.get("eval_model")}
             return go
 

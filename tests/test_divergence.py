@@ -1,5 +1,6 @@
 """A run whose training loss diverges says so in its log and in summary.json (issue #38: the
-documented DP-FedAvg command diverged silently)."""
+documented DP-FedAvg command diverged silently), stops there and ends with status diverged: `fgx run`
+exits 1, `fgx report` lists it apart from failed runs and never in a mean (issue #66)."""
 import json
 import math
 
@@ -16,13 +17,40 @@ def test_watch_flags_growth_and_non_finite_once():
     assert w2.update(1, None) is None and w2.update(2, math.nan) is not None   # no finite loss yet: nan counts
     w3 = DivergenceWatch()
     assert w3.update(1, -0.5) is None and w3.update(2, -6.0) is not None       # magnitude, either sign
+    # a classifier's first round that already blew up is measured against ln C, not against itself
+    w4 = DivergenceWatch(cap=math.log(4))
+    assert w4.update(1, 1e7) is not None and w4.event["round"] == 1 and w4.event["reference"] == math.log(4)
+    w5 = DivergenceWatch(cap=math.log(4))
+    assert w5.update(1, 13.0) is None and w5.update(2, 13.9) is not None       # 10 x ln 4 = 13.86
+    w6 = DivergenceWatch(cap=math.log(4))
+    assert w6.update(1, 0.5) is None and w6.update(2, 4.9) is None and w6.update(3, 5.1) is not None
 
 
 def test_a_diverging_run_says_so_and_a_learning_one_does_not(run_fgx, tiny_cfg, caplog):
     ok = json.loads((run_fgx(*tiny_cfg) / "summary.json").read_text())
     assert ok["status"] == "completed" and "diverged" not in ok
     run = run_fgx(*tiny_cfg, "privacy=dp_fedavg", "algorithm.weighting=uniform", "privacy.noise_multiplier=1000",
-                  "rounds=4")
+                  "rounds=6", expect_rc=1)
     s = json.loads((run / "summary.json").read_text())
-    assert s["status"] == "completed" and s["diverged"]["round"] >= 2
+    assert s["status"] == "diverged" and s["diverged"]["round"] >= 2
     assert "training diverged at round" in (run / "fgx.log").read_text()
+    # it stopped at the diverged round, whose model was scored once
+    rounds = {json.loads(line)["round"] for line in (run / "metrics.jsonl").read_text().splitlines()}
+    assert max(rounds) == s["diverged"]["round"] < 6
+
+
+def test_a_run_at_lr_100_ends_diverged_and_the_report_lists_it_apart(run_fgx, tiny_cfg, tmp_path, capsys):
+    from fgx.cli import main
+
+    bad = run_fgx(*tiny_cfg, "algorithm.lr=100", "rounds=5", "seed=1", expect_rc=1)
+    s = json.loads((bad / "summary.json").read_text())
+    assert s["status"] == "diverged" and s["diverged"]["round"] <= 5, s.get("diverged")
+    good = run_fgx(*tiny_cfg, "seed=1")
+    capsys.readouterr()
+    assert main(["report", str(bad), str(good)]) == 0
+    out = capsys.readouterr().out
+    table, _, notes = out.partition("run(s) diverged")
+    assert "| 1 |" in table and "1 completed run(s)" in table      # the mean holds the completed run only
+    assert str(bad) in notes and f"diverged at round {s['diverged']['round']}" in notes
+    assert "failed or incomplete" not in notes
+    assert main(["report", str(bad)]) == 1                           # nothing completed: nothing to report

@@ -40,7 +40,7 @@ def test_ray_executor_gives_the_in_process_metrics(run_fgx, data_root):
     assert yaml.safe_load((local_run / ".hydra" / "config.yaml").read_text())["model"]["dropout"] > 0
     local, remote = summary(local_run), summary(ray_run)
     assert remote["status"] == "completed" and remote["components"]["executor"] == "ray"
-    for key in ("final", "final_global", "per_client", "best", "best_client", "total_bytes"):
+    for key in ("final", "final_pooled", "per_client", "best", "best_client", "total_bytes"):
         assert remote[key] == local[key], key
     losses = [[r["train_loss"] for r in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())]
               for d in (local_run, ray_run)]

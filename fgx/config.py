@@ -279,6 +279,8 @@ def validate(cfg: DictConfig) -> Validated:
         entry = GROUPS[group].get(node["name"])
         names[group] = node["name"]
         entries[group] = entry
+        if group == "dataset":     # read by fgx/launch.py when the command line names no algorithm
+            node = {k: v for k, v in node.items() if k != DATASET_ALGORITHM_KEY}
         params[group] = build_params(entry.params, node, group) if entry.params else None
         if entry.params is None and len(node) > 1:
             extra = sorted(k for k in node if k != "name")
@@ -309,7 +311,7 @@ def _check_tasks(names: dict, entries: dict) -> None:
         if tasks is not None and task not in tasks:
             allowed, sibling = _task_siblings(group, names[group], task)
             raise ConfigError(f"{group}.name", names[group],
-                              f"a {group} that supports the {task!r} task of dataset '{names['dataset']}' "
+                              f"{'an' if group[0] in 'aeiou' else 'a'} {group} that supports the {task!r} task of dataset '{names['dataset']}' "
                               f"({group} '{names[group]}' supports {list(tasks)})"
                               + (f"; did you mean {group}={sibling}?" if sibling else "")
                               + f" Allowed: {', '.join(allowed)}")
@@ -342,7 +344,10 @@ def _task_siblings(group: str, name: str, task: str) -> tuple[list[str], str | N
 # Keys that say where and how a run is kept, not what it computes: left out of the fingerprint that
 # ties a table's record to the config that made it (`fgx repro`), and of the resume-skip check.
 BOOKKEEPING_KEYS = ("data_dir", "output", "resume", "logger", "experiment_name", "seed", "hydra")
-BOOKKEEPING_DOTTED = ("dataset.download",)
+# `dataset.default_algorithm`: the algorithm a dataset runs when the command line names none (fgx/launch.py);
+# the algorithm a run uses is in its config either way
+DATASET_ALGORITHM_KEY = "default_algorithm"
+BOOKKEEPING_DOTTED = ("dataset.download", f"dataset.{DATASET_ALGORITHM_KEY}")
 
 
 def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:

@@ -92,6 +92,74 @@ def compose(overrides: list[str], hydra: bool = False):
                              overrides=[o for o in overrides if not o.lstrip("+~").startswith("hydra")])
 
 
+def dataset_algorithm(overrides: list[str], multirun: bool) -> list[str]:
+    """``[algorithm=X]`` when the command line names no algorithm (nor a preset, which names its own) and
+    its dataset declares ``default_algorithm: X`` (graph, ranking and tabular datasets: the default job's
+    ce_fedgnn has no such task), else ``[]``. Not a Hydra defaults-list override in the dataset's file:
+    Hydra builds the defaults tree from the last entry to the first, so a choice the dataset made could
+    reach the algorithm only if the dataset came after it, and then the model an algorithm brings
+    (fedgsp -> unifilter) could no longer replace the dataset's. A sweep whose datasets declare different
+    algorithms is refused with the fix."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from fgx.config import DATASET_ALGORITHM_KEY
+
+    named = {o.lstrip("+~").split("=", 1)[0].split("@")[0] for o in overrides}
+    if "dataset" not in named or named & {"algorithm", "experiment"}:
+        return []
+    try:
+        wanted = {}
+        for job in _job_overrides(overrides, multirun):
+            label = next(o for o in job if o.lstrip("+~").split("=", 1)[0] == "dataset")
+            if label not in wanted:        # one composition per dataset of a sweep
+                ds = compose(job).dataset
+                wanted[label] = ds.get(DATASET_ALGORITHM_KEY) if ds is not None else None
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return []          # prevalidate reports the command line's own error
+    algos = set(wanted.values())
+    if algos == {None}:
+        return []
+    if len(algos) > 1:
+        raise SystemExit("fgx: the swept datasets run different algorithms when none is named ("
+                         + "; ".join(f"{j}: {a or 'ce_fedgnn (the default job)'}" for j, a in wanted.items())
+                         + "). Name one: algorithm=NAME, or sweep the datasets of one task together")
+    return [f"algorithm={algos.pop()}"]
+
+
+def keys_of_swept_groups(overrides: list[str], multirun: bool) -> list[str]:
+    """The overrides with ``group.key=v`` made ``++group.key=v`` where a sweep's jobs choose different
+    components (``-m dataset=chameleon_filtered,squirrel_filtered dataset.fixed_split_index=0``). Hydra
+    composes a sweep's base config without its swept values first, where ``dataset`` is still the default
+    job's and has no such key ("not in struct"); ``++`` sets the key in every job, and a job whose
+    component has no such key is then refused by name before any work (fgx/config.py)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fgx.config import GROUP_KEYS
+
+    if not multirun:
+        return overrides
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - prevalidate reports the command line's own syntax error
+        return overrides
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    if not swept & set(GROUP_KEYS):
+        return overrides
+    from omegaconf import OmegaConf
+
+    def group_key(o: str) -> bool:
+        key = o.split("=", 1)[0]
+        return o[0] not in "+~" and "." in key and key.split(".", 1)[0] in GROUP_KEYS
+
+    try:
+        base = compose([o.input_line for o in parsed if not o.is_sweep_override() and not group_key(o.input_line)])
+    except Exception:  # noqa: BLE001 - prevalidate reports it
+        return overrides
+    return ["++" + o if group_key(o) and OmegaConf.select(base, o.split("=", 1)[0], default=None) is None else o
+            for o in overrides]
+
+
 def prevalidate(overrides: list[str], multirun: bool) -> None:
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
@@ -121,6 +189,9 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
             validate(cfg)
         except ConfigError as e:
             where = f" (job: {' '.join(job)})" if multirun else ""
+            if multirun and any(o.startswith(f"++{e.key}=") for o in job):
+                where += (f". {e.key} is a key of some of the swept {e.key.split('.')[0]}s only: sweep those "
+                          f"apart, or leave the key out")
             raise SystemExit(f"fgx: {e}{where}") from None
 
 
@@ -181,6 +252,13 @@ def run(argv: list[str]) -> int:
     FAILED_JOBS.clear()
     DIVERGED_JOBS.clear()
     overrides = _overrides_of(argv)
+    forced = keys_of_swept_groups(overrides, multirun)
+    if forced != overrides:
+        argv = [forced[overrides.index(a)] if a in overrides else a for a in argv]
+        overrides = forced
+    if "--help" not in argv and "-h" not in argv:
+        brought = dataset_algorithm(overrides, multirun)
+        argv, overrides = argv + brought, overrides + brought
     shows = {"--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}.intersection(argv)
     if multirun and shows:
         raise SystemExit(_multirun_show_message(sorted(shows)[0], overrides))

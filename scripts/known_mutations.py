@@ -596,6 +596,28 @@ MUTATIONS = [
       'dst="server", round=self.round)', 'dst="SERVER", round=self.round)',
       ["tests/test_unlearning_certificate.py::test_certificate_messages_go_between_the_clients_and_the_party_named_server"],
       "certificate messages addressed to a party other than the server"),
+    # issue #66: runs that say when they did not learn, and means over clients that are not dragged
+    M("diverged_run_keeps_training", "fgx/trainer.py",
+      "            if note is not None:\n                break",
+      "            pass",
+      ["tests/test_divergence.py::test_a_diverging_run_says_so_and_a_learning_one_does_not"],
+      "a diverged run is not stopped at the round its loss diverged"),
+    M("diverged_run_counts_as_completed", "fgx/trainer.py",
+      '"status": "completed" if loop.diverged is None else "diverged"',
+      '"status": "completed"',
+      ["tests/test_divergence.py::test_a_run_at_lr_100_ends_diverged_and_the_report_lists_it_apart"],
+      "a diverged run ends with status completed (averaged in reports and tables)"),
+    M("first_round_blowup_is_its_own_yardstick", "fgx/divergence.py",
+      "return min(base, self.cap) if self.cap is not None else base",
+      "return base",
+      ["tests/test_divergence.py::test_a_run_at_lr_100_ends_diverged_and_the_report_lists_it_apart"],
+      "a first round that already blew up (lr 100) is measured against itself"),
+    M("one_class_client_scores_macro_f1", "fgx/metrics.py",
+      '"f1_macro": nan if one_class[i] else float(f1[i].mean())',
+      '"f1_macro": float(f1[i].mean())',
+      ["tests/test_metrics.py::test_a_one_class_client_has_no_f1_and_the_mean_says_it_skipped_it"],
+      "a one-class client's macro F1 (0.5 when all right) enters the mean over clients"),
+
 ]
 
 

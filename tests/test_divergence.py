@@ -54,3 +54,14 @@ def test_a_run_at_lr_100_ends_diverged_and_the_report_lists_it_apart(run_fgx, ti
     assert str(bad) in notes and f"diverged at round {s['diverged']['round']}" in notes
     assert "failed or incomplete" not in notes
     assert main(["report", str(bad)]) == 1                           # nothing completed: nothing to report
+
+
+def test_a_sweep_lists_its_diverged_jobs_apart_from_failed_ones(tmp_path, monkeypatch, tiny_cfg, capsys):
+    from fgx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    rc = main(["run", "-m", *tiny_cfg, "algorithm.lr=0.01,100", f"hydra.sweep.dir={tmp_path / 'sweep'}"])
+    err = capsys.readouterr().err
+    assert rc == 0 and "1 job(s) diverged" in err and "failed" not in err.split("job(s) diverged")[1], err
+    statuses = sorted(json.loads((tmp_path / "sweep" / j / "summary.json").read_text())["status"] for j in "01")
+    assert statuses == ["completed", "diverged"]

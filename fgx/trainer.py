@@ -23,7 +23,7 @@ from fgx.config import ConfigError, Validated, config_fingerprint, default_data_
 from fgx.data.base import DataEnv, DataError
 from fgx.data.checks import check_clients, check_graph
 from fgx.diagnostics import Diagnostics
-from fgx.divergence import DivergenceWatch, classification_cap
+from fgx.divergence import DivergenceWatch, classification_cap, holds_nan
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.local_work import describe as local_work
@@ -421,7 +421,10 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
             evaluate = r % top.eval_every == 0 or r == top.rounds
             # a method without a training loss (certified_lr's closed-form solve) prints none
             status = f"loss {stats['loss']:.4f}" if isinstance(stats.get("loss"), (int, float)) else ""
-            if (note := divergence.update(r, stats.get("loss"))) is not None:
+            loss = stats.get("loss")
+            if isinstance(loss, float) and loss != loss and not holds_nan(algo.state_dict()):
+                loss = None        # no client trained this round (mean_loss of none): no loss, not a NaN one
+            if (note := divergence.update(r, loss)) is not None:
                 log.warning(note)
                 evaluate = True        # the diverged round's model is scored once, then the loop stops
             diagnostics.update(stats)
@@ -543,9 +546,15 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
 
 def test_majority(data, task: str) -> dict:
     """The share of the test split's most common class (what predicting one class scores): the floor a
-    classifier's test accuracy must clear (`fgx repro` checks baselines against it)."""
-    prefix = {"node": "", "graph": "graph_"}.get(task, "edge_")
+    classifier's test accuracy must clear (`fgx repro` checks baselines against it). Regression: the test
+    MSE of predicting the training targets' mean, the floor a regressor's MSE must beat."""
+    prefix = {"node": "", "graph": "graph_", "regression": ""}.get(task, "edge_")
     y, mask = getattr(data, prefix + "y", None), getattr(data, prefix + "test_mask", None)
+    if task == "regression" and y is not None and mask is not None and y.dtype.is_floating_point:
+        train = getattr(data, prefix + "train_mask", None)
+        if train is None or not bool(train.any()) or not bool(mask.any()):
+            return {}
+        return {"test_mean_mse": float(((y[mask].double() - y[train].double().mean()) ** 2).mean())}
     if y is None or mask is None or y.dim() != 1 or y.dtype.is_floating_point:
         return {}
     yy = y[mask]

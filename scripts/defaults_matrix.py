@@ -99,11 +99,17 @@ def run_case(case: Case, data_root: str = DATA_ROOT, timeout: int = 3600) -> dic
             work = [line.split("local work: ", 1)[1] for line in log.read_text().splitlines()
                     if "local work: " in line] if log.exists() else []
             entry["local_work"] = work[0] if work else None
-        elif p.returncode == 2:        # refused before any work: the message says why
-            entry["refusal"] = (p.stderr.strip().splitlines() or ["(no message)"])[-1]
+        elif refusal(p.stderr):        # refused before any work: the message says why
+            entry["refusal"] = refusal(p.stderr)
         else:
             entry["error"] = "\n".join(p.stderr.strip().splitlines()[-5:])
         return entry
+
+
+def refusal(stderr: str) -> str | None:
+    """fgx's refusal of a config before any work (`fgx: config error: ...`, no run directory), or None."""
+    last = (stderr.strip().splitlines() or [""])[-1]
+    return last if last.startswith("fgx: config error") else None
 
 
 def status(entry: dict) -> dict:

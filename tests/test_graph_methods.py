@@ -48,6 +48,26 @@ def test_gcfl_plus_splits_the_clients_whose_update_norm_sequences_diverge(run_fg
     assert D[:3, 3:].min() > 10 * max(D[:3, :3].max(), D[3:, 3:].max())
     assert torch.allclose(torch.tensor(dtw_distances([[1.0, 2.0], [1.0, 3.0]], False)),
                           torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.double))
+    # whether and when it split, beside the accuracy (issue #66): summary.json and `fgx report`
+    diag = json.loads((rd / "summary.json").read_text())["diagnostics"]
+    assert diag["first_split_round"]["last"] == 3 and diag["clusters"]["last"] == 2
+
+
+def test_the_report_shows_whether_and_when_gcfl_split(run_fgx, monkeypatch, capsys):
+    from fgx.algorithms.gcfl_plus import GCFLPlus
+    from fgx.cli import main
+
+    monkeypatch.setattr(GCFLPlus, "client_fn", staticmethod(scaled_update))
+    split = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
+    never = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT[:-3], "algorithm.eps1=0")   # a mean norm below 0: never
+    capsys.readouterr()
+    assert main(["report", str(split), str(never), "--by", "algorithm.eps1"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("|")]
+    cols = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows_ = {r[0]: dict(zip(cols, r)) for r in ([c.strip() for c in l.strip("|").split("|")] for l in lines[2:])}
+    assert "accuracy" in cols, lines
+    assert rows_["1000000000.0"]["first_split_round"] == "3.0000" and rows_["1000000000.0"]["clusters"] == "2.0000", lines
+    assert rows_["0"]["first_split_round"] == "-" and rows_["0"]["clusters"] == "1.0000", lines
 
 
 def test_gcfl_cosine_cut_does_not_see_the_norm_trend(run_fgx, monkeypatch):

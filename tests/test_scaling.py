@@ -11,8 +11,19 @@ import pytest
 
 from fgx.cli import main
 
-HAS_RAY = importlib.util.find_spec("ray") is not None
-HAS_JOBLIB_LAUNCHER = importlib.util.find_spec("hydra_plugins.hydra_joblib_launcher") is not None
+
+
+def installed(module: str) -> bool:
+    """Whether ``module`` can be imported; a submodule of a package that is absent too (hydra_plugins.*
+    without any Hydra plugin installed: find_spec raises instead of answering None)."""
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+HAS_RAY = installed("ray")
+HAS_JOBLIB_LAUNCHER = installed("hydra_plugins.hydra_joblib_launcher")
 
 
 def summary(run_dir) -> dict:
@@ -174,7 +185,7 @@ def test_device_end_to_end(run_fgx, device, setup):
     assert all(v == v for v in s["final"].values() if v is not None)
 
 
-HAS_OPTUNA_SWEEPER = importlib.util.find_spec("hydra_plugins.hydra_optuna_sweeper") is not None
+HAS_OPTUNA_SWEEPER = installed("hydra_plugins.hydra_optuna_sweeper")
 
 
 @pytest.mark.skipif(not HAS_OPTUNA_SWEEPER, reason="hydra-optuna-sweeper is not installed (pip install -e '.[optuna]')")

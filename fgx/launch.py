@@ -169,6 +169,7 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
     missing = missing_hydra_plugin(overrides)
     if missing:
         raise SystemExit(f"fgx: {missing}")
+    overrides = overrides + dataset_algorithm(overrides, multirun)     # what `fgx run` adds (no-op when added)
     try:
         jobs = _job_overrides(overrides, multirun)
     except MissingConfigException as e:

@@ -114,13 +114,19 @@ def test_client_state_is_shipped_without_its_resident_data():
     assert state.model is back.model and state.view is view and state.extra == {"sampler": "S", "keep": 1}
 
 
-def test_ray_config_errors_name_the_key(tiny_cfg, monkeypatch):
+@pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')")
+def test_ray_config_errors_name_the_key(tiny_cfg):
     from fgx.cli import prevalidate
 
     with pytest.raises(SystemExit, match="executor.num_cpus"):
         prevalidate([*tiny_cfg, "executor=ray", "executor.address=auto", "executor.num_cpus=2"], False)
     with pytest.raises(SystemExit, match="executor.gpus_per_actor"):
         prevalidate([*tiny_cfg, "executor=ray", "executor.gpus_per_actor=1"], False)
+
+
+def test_without_ray_the_ray_executor_is_a_config_error_saying_how_to_install_it(tiny_cfg, monkeypatch):
+    from fgx.cli import prevalidate
+
     # without Ray installed: a config error that says how to install it, before any work
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "ray" else real(name, *a))

@@ -14,6 +14,7 @@ from omegaconf import MISSING, DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from fgx.errors import ConfigError as ConfigError   # raised by every config check; importable from here
+from fgx.link.params import TaskParams
 
 
 def _exact_div(a, b) -> int:
@@ -218,6 +219,7 @@ class TopParams:
     # methods (conf/experiment/<table>.yaml; read by the method files through interpolation, and by `fgx tune`)
     method: str | None = None
     table: dict[str, Any] = field(default_factory=dict)
+    task: TaskParams = field(default_factory=TaskParams)   # `task=link` (conf/task/link.yaml); absent: the dataset's
 
     def validate(self, prefix: str) -> None:
         from fgx.loggers import missing_package
@@ -287,7 +289,11 @@ def validate(cfg: DictConfig) -> Validated:
             raise ConfigError(f"{group}.{extra[0]}", node[extra[0]], f"no parameters for {group} '{node['name']}'")
     # no privacy budget that misses a message kind (fgx/privacy/base.py), before any other check
     entries["privacy"].obj.check_coverage(Validated(top, params, names, entries))
-    _check_tasks(names, entries)
+    from fgx.link.checks import check_link_config, check_link_dataset, run_task
+
+    check_link_dataset(top, names, entries)
+    _check_tasks(names, entries, run_task(top, entries))
+    check_link_config(top, params, names)
     if entries["dataset"].meta.get("task") == "graph" and getattr(params["algorithm"], "fanouts", None):
         raise ConfigError("algorithm.fanouts", params["algorithm"].fanouts, "null for the graph task (each step runs "
                           "on the client's whole graphs; the sampler draws node neighbourhoods)")
@@ -301,11 +307,13 @@ def validate(cfg: DictConfig) -> Validated:
     return Validated(top, params, names, entries)
 
 
-def _check_tasks(names: dict, entries: dict) -> None:
-    """An algorithm or model that does not support the dataset's task fails here, before any work."""
-    task = entries["dataset"].meta.get("task")
+def _check_tasks(names: dict, entries: dict, task: str | None) -> None:
+    """An algorithm or model that does not support the run's task (its dataset's, or `task=link`) fails
+    here, before any work, naming the ones that do."""
     if task is None:
         return
+    from fgx.registry import GROUPS
+
     for group in ("algorithm", "model", "partitioner"):
         tasks = entries[group].meta.get("tasks")
         if tasks is not None and task not in tasks:

@@ -57,7 +57,7 @@ def missing_hydra_plugin(overrides: list[str]) -> str | None:
     return None
 
 
-def _job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
+def job_overrides(overrides: list[str], multirun: bool) -> list[list[str]]:
     """Every job's override list (one for a single run; the sweep's combinations for -m, including
     the values a preset sweeps in its own `hydra.sweeper.params`, as Hydra's basic sweeper does)."""
     mine = [o for o in overrides if not o.lstrip("+~").startswith("hydra")]
@@ -171,7 +171,7 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
         raise SystemExit(f"fgx: {missing}")
     overrides = overrides + dataset_algorithm(overrides, multirun)     # what `fgx run` adds (no-op when added)
     try:
-        jobs = _job_overrides(overrides, multirun)
+        jobs = job_overrides(overrides, multirun)
     except MissingConfigException as e:
         raise SystemExit(f"fgx: config error: {e}".rstrip()) from None
     except HydraException:
@@ -357,7 +357,7 @@ def _overrides_of(argv: list[str]) -> list[str]:
 def _multirun_show_message(option: str, overrides: list[str]) -> str:
     first = ""
     try:
-        jobs = _job_overrides(overrides, multirun=True)
+        jobs = job_overrides(overrides, multirun=True)
         show = "--cfg job" if option in ("--cfg", "-c") else option
         first = f"; the sweep's first job (of {len(jobs)}): fgx run {show} {' '.join(jobs[0])}"
     except Exception:  # noqa: BLE001 - only a hint; the message stands without it

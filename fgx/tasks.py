@@ -2,13 +2,14 @@
 
 Node tasks: items are owned nodes. Edge tasks: items are the edges a client holds (internal and
 cross-client; cross-client edges are held by both incident clients). Graph tasks: items are the
-client's graphs (fgx/data/graphs.py); the model outputs one row per graph."""
+client's graphs (fgx/data/graphs.py); the model outputs one row per graph. Link tasks: items are the
+labelled node pairs of the client's link-task graph (fgx/link/split.py); one row per pair."""
 from __future__ import annotations
 
 import torch
 
 SPLITS = ("train", "val", "test")
-ITEM_PREFIX = {"edge": "edge_", "graph": "graph_"}     # attribute prefix of a task's items (node: none)
+ITEM_PREFIX = {"edge": "edge_", "graph": "graph_", "link": "link_"}     # attribute prefix of a task's items (node: none)
 
 
 def local_view(client, task: str, include_cross: bool):
@@ -17,6 +18,14 @@ def local_view(client, task: str, include_cross: bool):
     from torch_geometric.data import Data
 
     d = client.data
+    if task == "link":     # the client's link-task graph (fgx/link/split.py): training positives only
+        view = Data(x=d.x, edge_index=d.edge_index, num_nodes=d.num_nodes)
+        for k in ("link_index", "link_y", "link_train_mask", "link_val_mask", "link_test_mask", "link_redraw",
+                  "link_forbidden"):
+            if getattr(d, k, None) is not None:
+                setattr(view, k, getattr(d, k))
+        view.num_owned = client.num_owned
+        return view
     if task == "graph":    # whole graphs: no cross-client edges exist
         view = Data(x=d.x, edge_index=d.edge_index, num_nodes=d.num_nodes)
         for k in ("graph", "graph_y", "graph_train_mask", "graph_val_mask", "graph_test_mask"):

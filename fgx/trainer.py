@@ -123,11 +123,14 @@ class Evaluator:
         ``complete`` False: the intermediate evaluation, on a fixed subset of items when
         ``eval.subset`` is set; ``sampling_error``: also the bootstrap standard error of the mean over
         clients on each split (``sampling_se``; the final evaluation, for the table checks)."""
-        custom = getattr(algo, "client_metrics", None)
+        if self.task == "link":     # AUC, Hits@K and MRR of node pairs (fgx/link/evaluate.py)
+            from fgx.link.evaluate import evaluate_link
+            return evaluate_link(self.ctx, algo, self.params.splits, self.ctx.config.top.task.hits_k, local,
+                                 sampling_error)
         out: dict[str, dict] = {}
-        if callable(custom):
+        per = [algo.client_metrics(c) for c in self.ctx.clients]
+        if per and per[0] is not None:
             # ranking/regression tasks: the algorithm computes its own per-client metrics
-            per = [custom(c) for c in self.ctx.clients]
             for split in per[0]:
                 pc = [p[split] for p in per]
                 out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "pooled": None,
@@ -312,6 +315,10 @@ def _build(v: Validated, rd: RunDir) -> Job:
 
     ds = v.entries["dataset"].obj(v.params["dataset"], env)
     check_graph(ds, v.names["dataset"])
+    link = v.top.task.name == "link"
+    if link:    # its graph as node pairs with their split (docs/link_prediction.md)
+        from fgx.link.split import as_link_dataset
+        ds = as_link_dataset(ds, v.top.task, top.seed)
     info = ds.info
     if bool(info.features_public) != v.features_public:
         raise RuntimeError(f"dataset '{v.names['dataset']}' reports features_public={info.features_public} but its "
@@ -321,6 +328,9 @@ def _build(v: Validated, rd: RunDir) -> Job:
     client_nodes = v.entries["partitioner"].obj(v.params["partitioner"], ds.data, info, top.seed)
     clients = build_clients(ds.data, info, client_nodes)
     check_clients(clients, info, v.names["partitioner"])
+    if link:    # each client's training graph and labelled pairs
+        from fgx.link.split import client_link_graphs
+        client_link_graphs(clients, ds.data, v.top.task, top.seed)
     pstats = partition_stats(ds.data, info, clients)
     rd.write_json("partition.json", pstats)
     cross = pstats["cross_client_edges"]
@@ -334,7 +344,7 @@ def _build(v: Validated, rd: RunDir) -> Job:
     channel = Channel(messages, privacy=privacy, features_public=info.features_public)
     cover = coverage(v.entries["privacy"].obj, v.params["privacy"], messages)   # checked in validate()
     ctx = Context(clients=clients, info=info, config=v, params=v.params["algorithm"],
-                  model_params=v.params["model"], model_builder=v.entries["model"].obj,
+                  model_params=v.params["model"], model_builder=model_builder(v),
                   channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,
                   log=log, global_data=ds.data)
     privacy.bind(ctx)
@@ -347,6 +357,14 @@ def _build(v: Validated, rd: RunDir) -> Job:
     work = local_work(v.names["algorithm"], v.params["algorithm"], clients, info.task)
     log.info("local work: %s; %d rounds", work["text"], top.rounds)
     return Job(v, ds, clients, pstats, ctx, algo, channel, privacy, executor, cover, canaries, evaluator, main_metric)
+
+
+def model_builder(v: Validated):
+    """The model group's builder; with task=link, its node GNN as the encoder of the link model."""
+    if v.top.task.name != "link":
+        return v.entries["model"].obj
+    from fgx.link.model import LinkModelBuilder
+    return LinkModelBuilder(v.entries["model"].obj, v.top.task)
 
 
 def _not_this_run(ckpt: dict, identity: dict) -> list[str]:
@@ -485,7 +503,7 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     comm = channel.report()
     rd.write_json("comm.json", comm)
     # an algorithm with its own local DP (FedPerGNN) accounts for it itself: privacy.json carries both
-    algo_dp = algo.privacy_report() if hasattr(algo, "privacy_report") else None
+    algo_dp = algo.privacy_report()
     rd.write_json("privacy.json", {**privacy.report(), **({"algorithm_ldp": algo_dp} if algo_dp else {}),
                                    "messages": job.cover.as_dict(info.features_public),
                                    **({"audit": job.canaries.report()} if job.canaries is not None else {})})

@@ -138,7 +138,8 @@ def main() -> int:
     from torch import nn
 
     import fgx.algorithms.ce_fedgnn as ce
-    from fgx.algorithms.base import flat_params, round_seed
+    from fgx.algorithms.base import flat_params
+    from fgx.federation.client import round_seed
     from fgx.sampler import sample_view
     from fgx.tasks import targets
 

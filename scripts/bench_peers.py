@@ -40,7 +40,19 @@ defaults on both sides: 2 GIN layers, 64 hidden, dropout 0.5, Adam lr 0.01, weig
 epoch in batches of 128 graphs; GCFL+ eps1 0.05, eps2 0.1, sequences of 5; FedStar 16 + 16 structural
 encodings. The GIN layers differ in shape (OpenFGL's have batch norm and a 2x-wide MLP, fgx's are
 GCFL's), so the accuracies are each tool's own backbone under one protocol; accuracy is pooled over all
-clients' test graphs."""
+clients' test graphs.
+
+Link level (``--scenario link``, issue #71): real Cora, the same 10 Louvain clients, link prediction (fgx
+``task=link``, OpenFGL's ``link_pred``) with FedAvg, FedProx and Local, the dot product of GCN node embeddings; cross-client edges are left out (OpenFGL's subgraphs hold
+internal edges only), one negative per training positive drawn once (OpenFGL's protocol: fgx
+``task.resample=false``), 1 local step per round. By default (``--link-split fgx``) fgx's split of every
+client's pairs is written as OpenFGL's link_pred files, so both tools train and score the same pairs; the
+metric is the test ROC-AUC pooled over all clients' test pairs. OpenFGL's embedding is its GCN's first layer
+after ReLU and dropout (its second layer computes class logits the link loss never reads); fgx runs one
+GCNConv layer of 64 (``model.layers=1 model.classifier=none``: the same layer, without the ReLU).
+``--link-split openfgl`` lets OpenFGL draw its own split instead and reports how many of its test positives
+sit in the graph it trains and scores on (its 1.1.0 split builds that graph from ``edge_index[:, ids]`` with ids
+that index its de-duplicated pair list; measured in the run, ``test_positives_in_graph``)."""
 from __future__ import annotations
 
 import argparse
@@ -61,6 +73,7 @@ from fgx.bench import Bench, final_json, run_process  # noqa: E402
 DRIVER = REPO / "scripts" / "peers" / "openfgl_run.py"
 ALGORITHMS = ("fedavg", "fedprox", "local", "fedsage_plus", "fedpub", "gcfl_plus", "fedstar")
 GRAPH_ALGORITHMS = ("fedavg", "gcfl_plus", "fedstar")      # --scenario graph
+LINK_ALGORITHMS = ("fedavg", "fedprox", "local")            # --scenario link
 DEFAULT_ALGORITHMS = ("fedavg", "fedprox", "local", "fedsage_plus")
 FEDSAGE_GEN_ROUNDS = 10            # openfgl/flcore/fedsage_plus/fedsage_plus_config.py: gen_rounds
 # the acceptance targets of issue #26 (ratios are fgx / OpenFGL)
@@ -80,9 +93,29 @@ def fgx_graph_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list
             f"rounds={a.rounds}", *a.fgx_overrides]
 
 
+def fgx_link_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
+    """Link level: OpenFGL's link_pred protocol (task/link_pred.py): 80/10/10 pairs, a fixed 1:1 training
+    negative, the dot product of node embeddings. OpenFGL's embedding is its GCN's first layer (64 wide, then
+    ReLU and dropout; its second layer's class logits are never read by the link loss): fgx's one GCNConv
+    layer of 64 outputs (no ReLU after it) is the nearest."""
+    gcn = ["model=gcn", "model.classifier=none", "model.layers=1", "model.hidden=64", "model.dropout=0.5"]
+    return ["task=link", "dataset=cora", f"data_dir={a.data_dir}", "partitioner=file", f"partitioner.path={clients_file}",
+            f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
+            "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1",
+            *LINK_TASK, *gcn, *(["algorithm.mu=0.001"] if algo == "fedprox" else []), f"rounds={a.rounds}",
+            *a.fgx_overrides]
+
+
+# the link task both tools run: OpenFGL's link_pred (fixed 1:1 training negatives, cross-client edges left out)
+LINK_TASK_DOTLIST = ["resample=false", "cross_client=exclude", "train_negatives=1", "val=0.1", "test=0.1"]
+LINK_TASK = [f"task.{x}" for x in LINK_TASK_DOTLIST]
+
+
 def fgx_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
     if a.scenario == "graph":
         return fgx_graph_overrides(algo, a, clients_file, run_dir)
+    if a.scenario == "link":
+        return fgx_link_overrides(algo, a, clients_file, run_dir)
     common = ["dataset=cora", f"data_dir={a.data_dir}", "partitioner=file", f"partitioner.path={clients_file}",
               f"partitioner.num_clients={a.clients}", f"seed={a.seed}", "eval_every=1", f"eval_model={a.eval_model}",
               "output.progress=off", f"hydra.run.dir={run_dir}", f"algorithm={algo}", "algorithm.local_steps=1",
@@ -113,8 +146,40 @@ def write_clients(a, path: Path) -> dict:
     for c, nodes in enumerate(parts):
         owner[nodes] = c
     d = ds.data
-    torch.save({"client": owner, "train_mask": d.train_mask, "val_mask": d.val_mask, "test_mask": d.test_mask}, path)
-    return {"test_nodes": [int(d.test_mask[n].sum()) for n in parts], "client_sizes": [int(n.numel()) for n in parts]}
+    spec = {"client": owner, "train_mask": d.train_mask, "val_mask": d.val_mask, "test_mask": d.test_mask}
+    written = {"test_nodes": [int(d.test_mask[n].sum()) for n in parts], "client_sizes": [int(n.numel()) for n in parts]}
+    if a.scenario == "link":
+        spec["link"], written["link_test"] = link_split(a, ds, parts)
+        written["test_nodes"] = written["link_test"]
+        if a.link_split == "openfgl":      # OpenFGL draws its own pairs: only the clients are shared
+            del spec["link"]
+            written["test_nodes"] = None
+    torch.save(spec, path)
+    return written
+
+
+def link_split(a, ds, parts) -> tuple[list[dict], list[int]]:
+    """fgx's link split of every client (what `fgx run task=link ...` computes for these clients and seed),
+    in the shape OpenFGL's link_pred files take (fgx's local ids are OpenFGL's: owned nodes by global id)."""
+    from omegaconf import OmegaConf
+
+    from fgx.config import build_params
+    from fgx.link.params import TaskParams
+    from fgx.link.split import as_link_dataset, client_link_graphs
+    from fgx.partition.base import build_clients
+
+    conf = OmegaConf.load(REPO / "conf" / "task" / "link.yaml")
+    conf.merge_with_dotlist(LINK_TASK_DOTLIST)
+    task = build_params(TaskParams, conf, "task")
+    link = as_link_dataset(ds, task, a.seed)
+    clients = build_clients(link.data, link.info, parts)
+    client_link_graphs(clients, link.data, task, a.seed)
+    out = []
+    for c in clients:
+        d = c.data
+        out.append({"graph": d.edge_index, "pairs": d.link_index, "label": d.link_y, "train": d.link_train_mask,
+                    "val": d.link_val_mask, "test": d.link_test_mask, "global_pairs": d.global_node_id[d.link_index]})
+    return out, [c.stats["link_test_positives"] for c in clients]
 
 
 def write_graph_clients(a, path: Path) -> dict:
@@ -151,11 +216,14 @@ def main() -> int:
                     help="interpreter with openfgl-lib installed (default: $FGX_PEER_PYTHON, else this one when "
                          "the `peers` extra is installed here)")
     ap.add_argument("--data-dir", default=os.environ.get("FGX_DATA_DIR"), help="data root with Cora/raw (graph: MUTAG/raw)")
-    ap.add_argument("--scenario", choices=["node", "graph"], default="node",
-                    help="node: Cora, 10 Louvain clients; graph: MUTAG graph classification (FedAvg, GCFL+, FedStar)")
+    ap.add_argument("--scenario", choices=["node", "graph", "link"], default="node",
+                    help="node: Cora, 10 Louvain clients; graph: MUTAG graph classification (FedAvg, GCFL+, FedStar); "
+                         "link: Cora link prediction, the same clients (FedAvg, FedProx, Local)")
+    ap.add_argument("--link-split", choices=["fgx", "openfgl"], default="fgx",
+                    help="link: fgx's split of the pairs written for both tools (fgx), or OpenFGL's own (openfgl)")
     ap.add_argument("--algorithms", default=None,
                     help=f"comma-separated, from {list(ALGORITHMS)} (default: {','.join(DEFAULT_ALGORITHMS)}; "
-                         f"graph: {','.join(GRAPH_ALGORITHMS)})")
+                         f"graph: {','.join(GRAPH_ALGORITHMS)}; link: {','.join(LINK_ALGORITHMS)})")
     ap.add_argument("--rounds", type=int, default=100)
     ap.add_argument("--clients", type=int, default=10)
     ap.add_argument("--repeats", type=int, default=3)
@@ -170,9 +238,8 @@ def main() -> int:
     if a.write_clients:
         print(json.dumps(write_clients(a, Path(a.write_clients))))
         return 0
-    allowed = GRAPH_ALGORITHMS if a.scenario == "graph" else ALGORITHMS[:5]
-    algos = [x for x in (a.algorithms or ",".join(GRAPH_ALGORITHMS if a.scenario == "graph" else DEFAULT_ALGORITHMS)
-                         ).split(",") if x]
+    allowed = {"graph": GRAPH_ALGORITHMS, "link": LINK_ALGORITHMS}.get(a.scenario, ALGORITHMS[:5])
+    algos = [x for x in (a.algorithms or ",".join({"node": DEFAULT_ALGORITHMS}.get(a.scenario, allowed))).split(",") if x]
     bad = [x for x in algos if x not in allowed]
     if bad:
         ap.error(f"unknown algorithm(s) {bad} for --scenario {a.scenario}; choose from {list(allowed)}")
@@ -195,7 +262,7 @@ def main() -> int:
         written = json.loads(run_process([sys.executable, __file__, "--write-clients", str(clients_file),
                                           "--data-dir", a.data_dir, "--seed", str(a.seed), "--clients",
                                           str(a.clients), "--peer-python", a.peer_python, "--scenario",
-                                          a.scenario]).check(
+                                          a.scenario, "--link-split", a.link_split]).check(
             "writing the partition").stdout.strip().splitlines()[-1])
         peer_root = work / "openfgl_root"
         env = {"PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}
@@ -220,11 +287,14 @@ def main() -> int:
                 r.check(f"fgx run {' '.join(over)}")
                 s = json.loads((d / "summary.json").read_text())
                 part = json.loads((d / "partition.json").read_text())
-                if [c["test"] for c in part["clients"]] != written["test_nodes"]:
-                    raise RuntimeError("fgx did not train on the written clients (test nodes per client differ)")
+                items, want = ("link_test_positives", written["link_test"]) if a.scenario == "link" else \
+                    ("test", written["test_nodes"])
+                if [c[items] for c in part["clients"]] != want:
+                    raise RuntimeError("fgx did not train on the written clients (test items per client differ)")
                 return {"train_s": s["train_time_s"], "startup_s": s.get("startup_s"), "process_s": r.wall_s,
-                        "rss_mb": r.peak_rss_mb, "acc": (s.get("final_pooled") or s.get("final_global") or {}).get("accuracy"),
-                        "eval_model": s.get("eval_model")}
+                        "rss_mb": r.peak_rss_mb, "eval_model": s.get("eval_model"),
+                        "acc": (s.get("final_pooled") or s.get("final_global") or {}).get(
+                            "roc_auc" if a.scenario == "link" else "accuracy")}
             return go
 
         def peer_variant(algo: str):
@@ -234,10 +304,14 @@ def main() -> int:
                                 timeout=a.timeout)
                 r.check(f"OpenFGL {algo}")
                 res = json.loads(out.read_text())
-                if [c["test_nodes"] for c in res["per_client"]] != written["test_nodes"]:
-                    raise RuntimeError("OpenFGL did not train on the written clients (test nodes per client differ)")
-                return {"train_s": res["train_time_s"], "startup_s": res["startup_s"], "process_s": r.wall_s,
-                        "rss_mb": r.peak_rss_mb, "acc": res["accuracy"]}
+                if written["test_nodes"] is not None and [c["test_nodes"] for c in res["per_client"]] != written["test_nodes"]:
+                    raise RuntimeError("OpenFGL did not train on the written clients (test items per client differ)")
+                row = {"train_s": res["train_time_s"], "startup_s": res["startup_s"], "process_s": r.wall_s,
+                       "rss_mb": r.peak_rss_mb, "acc": res.get("roc_auc", res.get("accuracy"))}
+                if a.scenario == "link":    # held-out positives in the graph OpenFGL trains and scores on
+                    row["test_positives_in_graph"] = sum(c["test_positives_in_graph"] for c in res["per_client"])
+                    row["test_positives"] = sum(c["test_nodes"] for c in res["per_client"])
+                return row
             return go
 
         bench = Bench(repeats=a.repeats)
@@ -254,7 +328,8 @@ def main() -> int:
 
         print(f"\n(this process's own peak RSS, a floor under every child's: "
               f"{resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB)")
-        print(f"\nfgx vs OpenFGL on {dataset}, {a.clients} clients, {a.rounds} rounds, 1 local epoch, every client "
+        print(f"\nfgx vs OpenFGL on {dataset}{' link prediction' if a.scenario == 'link' else ''}, {a.clients} "
+              f"clients, {a.rounds} rounds, 1 local epoch, every client "
               f"evaluated every round, eval_model={a.eval_model}; median [min, max] of {a.repeats} interleaved repeats")
         bench.print_table()
         floor.print_table()
@@ -266,6 +341,9 @@ def main() -> int:
                             "mem_ratio": round(ratio("rss_mb"), 3), "acc_fgx": round(f["acc"]["median"], 4),
                             "acc_peer": round(p["acc"]["median"], 4), "train_s_fgx": round(f["train_s"]["median"], 2),
                             "train_s_peer": round(p["train_s"]["median"], 2)}
+            if a.scenario == "link":        # acc_* are the pooled test ROC-AUC
+                result[algo]["peer_test_positives_in_graph"] = [int(p["test_positives_in_graph"]["median"]),
+                                                                int(p["test_positives"]["median"])]
         fa = bench.stats("fgx fedavg") if "fedavg" in algos else bench.stats(f"fgx {algos[0]}")
         fs = floor.stats("fgx run algorithm=nope")
         result["startup"] = {"fgx_startup_s": round(fa["startup_s"]["median"], 3),
@@ -274,6 +352,8 @@ def main() -> int:
                              "fgx_fail_fast_s": round(fs["process_s"]["median"], 3)}
         result["eval_model"] = a.eval_model
         result["scenario"] = a.scenario
+        if a.scenario == "link":
+            result["link_split"] = a.link_split
         result["targets_met"] = targets_met(result) if a.scenario == "node" else None   # issue #26's are Cora's
         final_json(result)
     return 0

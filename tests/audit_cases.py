@@ -12,11 +12,11 @@ CASES = {
     "dp_fedavg": ["algorithm=fedavg", "dataset=csbm", "dataset.num_nodes=200", "dataset.num_features=128",
                   "partitioner=random", "partitioner.num_clients=4", "rounds=3", "eval_every=3", "model.hidden=32",
                   "privacy=dp_fedavg", "algorithm.weighting=uniform", "privacy.noise_multiplier=2",
-                  "privacy.audit.canaries=2000", "output.progress=off"],
+                  "privacy.audit.canaries=400", "output.progress=off"],
     "metric_dp": ["algorithm=ce_fedgnn", "dataset=csbm", "dataset.num_nodes=200", "dataset.num_features=16",
                   "partitioner=random", "partitioner.num_clients=3", "rounds=3", "eval_every=3", "model.hidden=16",
                   "algorithm.local_steps=2", "privacy=metric_dp", "privacy.public_messages=[update,grad_estimator]",
-                  "privacy.k=5", "privacy.delta=1e-5", "privacy.audit.canaries=3000", "output.progress=off"],
+                  "privacy.k=5", "privacy.delta=1e-5", "privacy.audit.canaries=1000", "output.progress=off"],
     "mf_gdp_ldp": ["algorithm=dp_dsgd", "partitioner.graph=florentine", *GOSSIP],
     "mf_gdp_pndp": ["algorithm=antipgd", "partitioner.graph=star", "privacy.trust_model=pndp", "privacy.attackers=[0]",
                     *GOSSIP],
@@ -35,6 +35,84 @@ def dp_fedavg_noise_off(mp):
         scale = num_contributors / (self.q * len(self.ctx.clients))
         return {k: v * scale if v.is_floating_point() else v for k, v in payload.items()}
     mp.setattr(DPFedAvg, "aggregate", no_noise)
+
+
+def dp_fedavg_noise_halved(mp):
+    """Noise of std noise_multiplier/2 * clip / (qN) while the accountant keeps noise_multiplier."""
+    from fgx.privacy.dp_fedavg import DPFedAvg
+
+    real = DPFedAvg.aggregate
+
+    def halved(self, kind, payload, num_contributors, round):
+        nm = self.params.noise_multiplier
+        self.params.noise_multiplier = nm / 2
+        try:
+            return real(self, kind, payload, num_contributors, round)
+        finally:
+            self.params.noise_multiplier = nm
+    mp.setattr(DPFedAvg, "aggregate", halved)
+
+
+def dp_fedavg_clipping_doubled(mp):
+    """Client updates clipped at twice the norm the accountant assumes."""
+    import fgx.privacy.dp_fedavg as mod
+
+    real = mod.clip_by_global_norm
+    mp.setattr(mod, "clip_by_global_norm", lambda tensors, max_norm: real(tensors, 2 * max_norm))
+
+
+def round_noise_reused(mp, cls, method: str):
+    """Round 2 draws the same noise as round 1: the mechanism's generator is put back to where round 1 began
+    (a generator re-seeded with the same seed every round)."""
+    real = getattr(cls, method)
+
+    def reusing(self, kind, payload, *args, round, **kw):
+        marks = self.__dict__.setdefault("_reuse_marks", {})
+        if round not in marks:
+            marks[round] = self.gen.get_state()
+        if round == 2:
+            if not self.__dict__.get("_reused"):
+                self.gen.set_state(marks[1])
+                self._reused = True
+        return real(self, kind, payload, *args, round=round, **kw)
+    mp.setattr(cls, method, reusing)
+
+
+def dp_fedavg_round_noise_reused(mp):
+    from fgx.privacy.dp_fedavg import DPFedAvg
+
+    round_noise_reused(mp, DPFedAvg, "aggregate")
+
+
+def metric_dp_noise_halved(mp):
+    from fgx.privacy.metric_dp import MetricDP
+
+    real = MetricDP._noise
+    mp.setattr(MetricDP, "_noise", lambda self, like, std: real(self, like, std / 2))
+
+
+def metric_dp_norm_doubled(mp):
+    """Embeddings normalised to norm 2 instead of 1 before the noise (the accountant assumes unit rows)."""
+    from fgx.privacy.metric_dp import MetricDP
+
+    real = MetricDP.release
+
+    def doubled(self, kind, payload, src, round):
+        if kind != self.params.embedding_kind:
+            return real(self, kind, payload, src, round)
+        vals = payload["values"].float()
+        vals = 2 * vals / vals.norm(dim=-1, keepdim=True).clamp(min=1e-12)
+        for gid, v in zip(payload["ids"].tolist(), vals):
+            self.releases[gid] += 1
+            self.last_released[gid] = v.detach().cpu()
+        return {**payload, "values": vals + self._noise(vals, self.params.sigma0)}
+    mp.setattr(MetricDP, "release", doubled)
+
+
+def metric_dp_round_noise_reused(mp):
+    from fgx.privacy.metric_dp import MetricDP
+
+    round_noise_reused(mp, MetricDP, "release")
 
 
 def dp_fedavg_clipping_off(mp):
@@ -101,7 +179,13 @@ def fedpergnn_clipping_off(mp):
 BREAKS = [
     ("dp_fedavg", "noise off", dp_fedavg_noise_off, []),
     ("dp_fedavg", "clipping off", dp_fedavg_clipping_off, []),
+    ("dp_fedavg", "noise halved", dp_fedavg_noise_halved, []),
+    ("dp_fedavg", "clipping at twice the norm", dp_fedavg_clipping_doubled, []),
+    ("dp_fedavg", "one round's noise reused", dp_fedavg_round_noise_reused, []),
     ("metric_dp", "noise off", metric_dp_noise_off, []),
+    ("metric_dp", "noise halved", metric_dp_noise_halved, []),
+    ("metric_dp", "normalised to twice the norm", metric_dp_norm_doubled, []),
+    ("metric_dp", "one round's noise reused", metric_dp_round_noise_reused, []),
     # embedding_norm=clip with a bound far above 1 leaves the canaries (norm 10) unnormalised, while the
     # accountant's ε assumes unit embeddings
     ("metric_dp", "normalisation off", None, ["privacy.embedding_norm=clip", "privacy.clip_embedding=100"]),

@@ -42,16 +42,19 @@ def test_fedprox_mu_zero_is_fedavg(run_fgx, tiny_cfg):
 
 
 def test_fedprox_term_pulls_towards_global():
-    from fgx.algorithms.base import ClientState
-    from fgx.algorithms.fedprox import proximal_term
+    from fgx.algorithms.fedprox import Proximal
+    from fgx.federation.client import ClientState
 
     model = torch.nn.Linear(3, 2)
     state = ClientState(0, None, model, None, "node")
-    state.extra.update(prox_anchor={k: v.detach().clone() for k, v in model.named_parameters()}, prox_mu=2.0)
-    assert float(proximal_term(state).detach()) == 0.0
+    term = Proximal(2.0, {k: v.detach().clone() for k, v in model.named_parameters()})
+    assert float(term.term(state, None).detach()) == 0.0
     with torch.no_grad():
         model.weight += 1.0
-    assert float(proximal_term(state).detach()) == pytest.approx(0.5 * 2.0 * 6)
+    assert float(term.term(state, None).detach()) == pytest.approx(0.5 * 2.0 * 6)
+    # its batched form: the same term for every row of stacked parameters
+    stacked = {k: torch.stack([v.detach(), v.detach() + 1.0]) for k, v in model.named_parameters()}
+    assert term.batched_term(stacked).tolist() == pytest.approx([0.5 * 2.0 * 6, 0.5 * 2.0 * (6 * 4 + 2)])
 
 
 def test_fedper_head_never_leaves_a_client(recorded, run_fgx, tiny_cfg):

@@ -106,8 +106,8 @@ def install_quick_compose(set_attr=setattr):
 
     import fgx.launch as launch
 
-    real_jobs = launch._job_overrides
-    set_attr(launch, "_job_overrides", lambda overrides, multirun: covering(real_jobs(overrides, multirun)))
+    real_jobs = launch.job_overrides
+    set_attr(launch, "job_overrides", lambda overrides, multirun: covering(real_jobs(overrides, multirun)))
 
     @functools.lru_cache(maxsize=None)
     def cached(overrides: tuple, hydra: bool):

@@ -32,7 +32,7 @@ def test_dp_fedavg_epsilon_per_round_matches_opacus(run_fgx, tiny_cfg):
     report = json.loads((d / "privacy.json").read_text())
     assert report["epsilon"] == pytest.approx(eps[-1])
     assert report["params"] == {"noise_multiplier": 1.2, "clip": 1.0, "delta": 1e-5, "sampling_rate": 0.67}
-    assert report["accountant"].startswith("dp_accounting RdpAccountant") and report["rounds"] == 3
+    assert report["accountant"].startswith("fgx.privacy.accountant.RDPAccountant") and report["rounds"] == 3
 
 
 def test_dp_fedavg_noise_std_on_the_aggregate():
@@ -137,6 +137,10 @@ def test_dp_fedavg_state_survives_a_checkpoint():
     after = fresh()
     after.load_state_dict(torch.load(buf, weights_only=True))
     assert after.eps == before.eps > 0
+    assert after.accountant.history == before.accountant.history == [(1.0, 1.0, 1)]
+    after.on_round_end(2)
+    before.on_round_end(2)
+    assert after.eps == before.eps == fresh().epsilon(2)       # the resumed accountant goes on from round 1
     expected = noise(before)
     assert not torch.equal(noise(fresh()), expected)      # the stream's position is part of the state
     assert torch.equal(noise(after), expected)
@@ -170,3 +174,46 @@ def test_dp_fedavg_without_noise_claims_no_finite_epsilon():
     m = DPFedAvg(DPFedAvgParams(noise_multiplier=0.0, clip=1.0))
     m.bind(SimpleNamespace(seed=0, params=SimpleNamespace(client_fraction=1.0), clients=[None] * 3))
     assert m.epsilon(5) == float("inf")
+
+
+def test_the_accountant_has_opacus_shape_and_dp_accountings_numbers():
+    """fgx.privacy.accountant.RDPAccountant keeps Opacus's history (equal consecutive steps merged) and
+    gives dp-accounting's ε for it: one step per round composes as the whole run at once."""
+    import dp_accounting
+    from dp_accounting import rdp
+    from opacus.accountants import RDPAccountant as Opacus
+
+    from fgx.privacy.accountant import RDPAccountant
+
+    ours, theirs = RDPAccountant(), Opacus()
+    steps = [(1.1, 0.5)] * 3 + [(0.9, 0.5)] * 2 + [(1.1, 0.5)]
+    for nm, q in steps:
+        ours.step(noise_multiplier=nm, sample_rate=q)
+        theirs.step(noise_multiplier=nm, sample_rate=q)
+    assert ours.history == theirs.history == [(1.1, 0.5, 3), (0.9, 0.5, 2), (1.1, 0.5, 1)] and len(ours) == 6
+    acc = rdp.RdpAccountant()
+    for nm, n in ((1.1, 4), (0.9, 2)):
+        acc.compose(dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(0.5, dp_accounting.GaussianDpEvent(nm)), n))
+    assert ours.get_epsilon(1e-5) == pytest.approx(acc.get_epsilon(1e-5), rel=1e-9)
+    assert ours.get_epsilon(1e-5) == pytest.approx(theirs.get_epsilon(1e-5), rel=0.05)   # Opacus's conversion
+    assert RDPAccountant().get_epsilon(1e-5) == 0.0
+    copy = RDPAccountant()
+    copy.load_state_dict(ours.state_dict())
+    assert copy.history == ours.history
+
+
+def test_dp_fedavg_keeps_one_accountant_across_rounds(run_fgx, tiny_cfg, monkeypatch):
+    from fgx.privacy.dp_fedavg import DPFedAvg
+
+    made = []
+    real = DPFedAvg.__init__
+
+    def init(self, params):
+        real(self, params)
+        made.append(self)
+    monkeypatch.setattr(DPFedAvg, "__init__", init)
+    run_fgx(*tiny_cfg, "privacy=dp_fedavg", "algorithm.weighting=uniform", "privacy.noise_multiplier=1.2",
+            "rounds=3", "eval_every=3")
+    (m,) = made
+    assert m.accountant.history == [(1.2, 1.0, 3)] and m.eps == m.accountant.get_epsilon(m.params.delta)

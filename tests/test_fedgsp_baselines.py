@@ -72,7 +72,7 @@ def test_fedgta_descriptor_is_topology_aware():
     """Same model, same nodes, other edges: other moments and another confidence."""
     from torch_geometric.data import Data
 
-    from fgx.algorithms.base import ClientState
+    from fgx.federation.client import ClientState
     from fgx.algorithms.fedgta import FedGTAParams, topology_descriptor
     from fgx.models.gamlp import GAMLP, GAMLPParams
 
@@ -96,7 +96,7 @@ def test_fedgta_descriptor_reads_the_topology_through_label_propagation():
     moments: another graph gives other moments, equal to those of the propagated labels."""
     from torch_geometric.data import Data
 
-    from fgx.algorithms.base import ClientState
+    from fgx.federation.client import ClientState
     from fgx.algorithms.fedgta import FedGTAParams, label_propagation, moments, topology_descriptor
     from fgx.models.gamlp import normalized_adjacency
 
@@ -258,17 +258,17 @@ def test_adafgl_step_two_uses_the_extractors_soft_labels_and_the_knowledge_graph
     extractor = {dst: q for q, _, dst, _ in _sent(recorded, "knowledge_extractor")}
     edges = 0
     for s in algo.states:
-        a, view = s.extra["adafgl"], s.view
+        a, view = s.personal, s.view
         m = copy_model(s.model)
         m.load_state_dict(extractor[s.cid], strict=False)
         m.eval()
         with torch.no_grad():
-            torch.testing.assert_close(a["soft"], torch.softmax(m(view), 1))
-        kn = (similarity_matrix(a["soft"], probs=True) > p.knowledge_threshold).nonzero().t()
+            torch.testing.assert_close(a.soft, torch.softmax(m(view), 1))
+        kn = (similarity_matrix(a.soft, probs=True) > p.knowledge_threshold).nonzero().t()
         own = view.edge_index
         mixed = normalized_adjacency(torch.cat([own, kn], 1), view.num_nodes, 0.5, weight=torch.cat(
             [torch.full((own.size(1),), p.alpha), torch.full((kn.size(1),), 1.0 - p.alpha)]))
-        torch.testing.assert_close(a["smoothed"], torch.cat(propagate(mixed, view.x.float(), p.prop_steps), 1))
+        torch.testing.assert_close(a.smoothed, torch.cat(propagate(mixed, view.x.float(), p.prop_steps), 1))
         edges += kn.size(1)
     assert edges > 0                                   # the knowledge graph is not empty in this run
 
@@ -578,9 +578,10 @@ def test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches(run_fgx
     """With local_epochs, a FedGNN client takes ceil(n_train / batch_size) steps per epoch over its own
     training nodes (seed-5 mutation sample: one step per epoch, and no step at all, both survived)."""
     import fgx.algorithms.fedgnn as fedgnn
+    import fgx.federation.client as runtime
 
     calls = []                                   # one [training nodes, training forwards] per client call
-    real_targets, real_forward = fedgnn.targets, fedgnn.expanded_forward
+    real_targets, real_forward = runtime.targets, fedgnn.expanded_forward
 
     def targets(view, task, split):
         mask, y = real_targets(view, task, split)
@@ -592,7 +593,7 @@ def test_fedgnn_local_epochs_walk_each_clients_training_nodes_in_batches(run_fgx
         if model.training:                       # evaluation's forwards are not steps
             calls[-1][1] += 1
         return real_forward(model, *a, **kw)
-    monkeypatch.setattr(fedgnn, "targets", targets)
+    monkeypatch.setattr(runtime, "targets", targets)         # the client runtime's loop reads the training items
     monkeypatch.setattr(fedgnn, "expanded_forward", forward)
     run_fgx(*tiny_cfg, "algorithm=fedgnn", "algorithm.local_epochs=2", "algorithm.batch_size=8", "rounds=1",
             "eval_every=1")

@@ -105,7 +105,7 @@ def test_impaired_graph_targets_and_hiding():
 
 
 def test_mended_graph_adds_the_predicted_number_of_neighbours_to_each_kept_node():
-    from fgx.algorithms.base import ClientState
+    from fgx.federation.client import ClientState
     from fgx.algorithms.fedsage_plus import (FedSagePlusParams, NeighGen, choose_hidden, counts, impaired_graph,
                                              mended_view)
 
@@ -151,9 +151,8 @@ def test_mended_graph_adds_the_predicted_number_of_neighbours_to_each_kept_node(
 
 
 def test_neighgen_losses_decrease_on_a_tiny_graph():
-    from fgx.algorithms.base import ClientState
-    from fgx.algorithms.fedsage_plus import (FedSagePlusParams, NeighGen, choose_hidden, greedy_feature_loss,
-                                             impaired_graph, local_gen_step)
+    from fgx.algorithms.fedsage_plus import (FedSagePlusParams, NeighGen, NeighGenClient, choose_hidden,
+                                             greedy_feature_loss, impaired_graph, local_gen_step)
     from fgx.models.sage import build_sage
     from fgx.models.base import GNNParams
 
@@ -166,7 +165,7 @@ def test_neighgen_losses_decrease_on_a_tiny_graph():
     gen = NeighGen(view.x.size(1), p)
     clf = build_sage(GNNParams(hidden=8), view.x.size(1), 3, None)
     opt = torch.optim.Adam(list(gen.parameters()) + list(clf.parameters()), lr=p.gen_lr)
-    state = ClientState(0, g, gen, opt, "node", extra={"classifier": clf})
+    state = NeighGenClient(0, g, gen, opt, "node", classifier=clf)
 
     def losses():
         """dGen's smooth-L1 and fGen's greedy loss (at the true counts) on the kept training nodes."""
@@ -189,7 +188,7 @@ def test_neighgen_losses_decrease_on_a_tiny_graph():
 
 def _cross_pair(dgen_bias: float, dgen_weight_zero: bool = False):
     """Client i's NeighGen (with dGen's bias set) and client j's state on its impaired tiny graph."""
-    from fgx.algorithms.base import ClientState
+    from fgx.federation.client import ClientState
     from fgx.algorithms.fedsage_plus import FedSagePlusParams, NeighGen, choose_hidden, impaired_graph
 
     p = FedSagePlusParams(num_pred=2, fgen_hidden=[8], latent_dim=8, encoder_hidden=8, gen_dropout=0.0)

@@ -312,10 +312,14 @@ def test_each_method_learns_graph_classification(algo, run_fgx):
 def test_fedproto_class_prototype_held_by_one_client_is_present_and_is_that_clients():
     """The server's prototype of a class exists once any client has the class (count > 0): a class of a
     single client is that client's prototype, not marked absent (seed-4 mutation sample)."""
+    from types import SimpleNamespace
+
     from fgx.algorithms.fedproto import FedProto
 
     protos = torch.tensor([[[1.0, 2.0], [3.0, 4.0]], [[5.0, 6.0], [0.0, 0.0]]])
     present = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
-    (P, has), _ = FedProto.aggregate(None, [{"protos": protos[i], "present": present[i]} for i in range(2)], 1)
+    server = SimpleNamespace(global_protos=None)
+    FedProto.server_update(server, [{"protos": protos[i], "present": present[i]} for i in range(2)], 1)
+    P, has = server.global_protos
     assert has.tolist() == [1.0, 1.0]
     assert P.tolist() == [[3.0, 4.0], [3.0, 4.0]]

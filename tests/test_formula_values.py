@@ -195,6 +195,7 @@ def test_swift_cross_step_uses_a_minibatch_of_the_training_nodes(monkeypatch):
     """With batch_size < n, the cross-client step's loss is the cross-entropy over batch_size training
     nodes drawn with the step's generator, not over all of them."""
     import fgx.algorithms.swift_fedgnn as swift
+    import fgx.federation.client as runtime
     from fgx.algorithms.swift_fedgnn import SwiftFedGNNParams, cross_step
 
     n, c = 10, 3
@@ -202,12 +203,12 @@ def test_swift_cross_step_uses_a_minibatch_of_the_training_nodes(monkeypatch):
     y = torch.arange(n) % c
     mask = torch.ones(n, dtype=torch.bool)
     monkeypatch.setattr(swift, "cross_forward", lambda model, view, sw, remote: logits * 1.0)
-    monkeypatch.setattr(swift, "targets", lambda view, task, split: (mask, y))
+    monkeypatch.setattr(runtime, "targets", lambda view, task, split: (mask, y))     # the one loop's training items
 
     class State:
-        task, loss_weight = "node", None
+        cid, task, loss_weight = 0, "node", None
         view = type("V", (), {"x": torch.zeros(n, 2)})()
-        extra = {"swift": {"count": torch.ones(n)}}
+        swift = {"count": torch.ones(n)}
         model = nn.Linear(1, 1)
         optimizer = torch.optim.SGD([logits], lr=0.0)
 
@@ -431,12 +432,12 @@ def test_sampled_training_builds_each_clients_neighbour_sampler_once(run_fgx, ti
 
     import fgx.sampler
 
-    built = []     # per sampler built: whether training (base.sampled_loss) built it
+    built = []     # per sampler built: whether training (fgx.federation.client.sampled_forward) built it
 
     class Counting(fgx.sampler.NeighborSampler):
         def __init__(self, *a, **kw):
-            # a substring: under mutmut the frame is the trampolined copy (`...sampled_loss__mutmut_orig`)
-            built.append(any("sampled_loss" in f.function for f in inspect.stack(0)))
+            # a substring: under mutmut the frame is the trampolined copy (`...sampled_forward__mutmut_orig`)
+            built.append(any("sampled_forward" in f.function for f in inspect.stack(0)))
             super().__init__(*a, **kw)
     monkeypatch.setattr(fgx.sampler, "NeighborSampler", Counting)
     clients = [o for o in tiny_cfg if o.startswith("partitioner.num_clients=")]

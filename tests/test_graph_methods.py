@@ -3,9 +3,12 @@ DTW split of diverging update-norm sequences, FedStar's shared structure encoder
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import pytest
 import torch
+
+from fgx.federation.client import Objective
 
 from mechanisms import capture_setup
 
@@ -17,16 +20,21 @@ def rows(path):
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
-def scaled_update(state, weights, p, seed):
-    """FedAvg's client update, with clients 3-5's updates growing every round: their sequences of
-    update norms diverge from clients 0-2's, whose directions stay as they were."""
-    from fgx.algorithms.fedavg import client_update
+def scaled_objective(self, chosen, weights, r):
+    """FedAvg's client objective, whose update is scaled after training: clients 3-5's updates grow every
+    round, so their sequences of update norms diverge from clients 0-2's, whose directions stay as they were."""
+    return Scaled(r)
 
-    delta, loss = client_update(state, weights, p, seed)
-    n = state.extra.setdefault("rounds", [])
-    n.append(1)
-    f = 1.0 if state.cid < 3 else 20.0 * len(n)
-    return {k: v * f if v.is_floating_point() else v for k, v in delta.items()}, loss
+
+@dataclass
+class Scaled(Objective):
+    r: int
+
+    def finish(self, state, delta):
+        f = 1.0 if state.cid < 3 else 20.0 * self.r
+        for v in delta.values():
+            if v.is_floating_point():
+                v.mul_(f)
 
 
 SPLIT = ["rounds=4", "eval_every=4", "algorithm.warmup_rounds=1", "algorithm.seq_length=3", "algorithm.eps1=1e9",
@@ -36,7 +44,7 @@ SPLIT = ["rounds=4", "eval_every=4", "algorithm.warmup_rounds=1", "algorithm.seq
 def test_gcfl_plus_splits_the_clients_whose_update_norm_sequences_diverge(run_fgx, monkeypatch):
     from fgx.algorithms.gcfl_plus import GCFLPlus, dtw_distances
 
-    monkeypatch.setattr(GCFLPlus, "client_fn", staticmethod(scaled_update))
+    monkeypatch.setattr(GCFLPlus, "client_objective", scaled_objective)
     rd = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
     clusters = [r["clusters"] for r in rows(rd / "gcfl_clusters.jsonl")]
     # no split before every client has seq_length norms; then the two trends are cut apart
@@ -76,7 +84,7 @@ def test_gcfl_cosine_cut_does_not_see_the_norm_trend(run_fgx, monkeypatch):
     from fgx.algorithms.gcfl import GCFL
     from fgx.algorithms.gcfl_plus import GCFLPlus
 
-    monkeypatch.setattr(GCFLPlus, "client_fn", staticmethod(scaled_update))
+    monkeypatch.setattr(GCFLPlus, "client_objective", scaled_objective)
     monkeypatch.setattr(GCFLPlus, "bipartition", GCFL.bipartition)
     rd = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
     assert sorted(rows(rd / "gcfl_clusters.jsonl")[2]["clusters"]) != [[0, 1, 2], [3, 4, 5]]

@@ -201,5 +201,6 @@ def test_graph_runs_learn_the_generated_structure(algo, run_fgx):
 def test_node_models_are_refused_on_the_graph_task(run_fgx):
     from fgx.cli import main
 
-    with pytest.raises(SystemExit, match=r"model 'gcn' supports \['node'\]"):
+    with pytest.raises(SystemExit, match=r"a model that supports the 'graph' task of dataset 'graph_synth': one of "
+                                         r"\['gcn_graph', 'gin_dc', 'gin_graph', 'ssp'\] \(model 'gcn' supports \['node', 'link'\]\)"):
         main(["run", "algorithm=fedavg", *SYNTH, "model=gcn"])

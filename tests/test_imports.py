@@ -91,3 +91,40 @@ def test_report_reaches_no_cli_commands_privacy_or_decentral():
         reached = nx.descendants(g, mod)
         bad = sorted(m for m in reached if m.startswith(forbidden))
         assert not bad, f"{mod} imports (directly or through others) {bad}"
+
+
+def test_commands_use_the_tables_face_only():
+    """fgx/commands reach fgx/tables through fgx/tables/__init__.py (reproduce, record_result, spot_check,
+    tune_table, load_targets, markdown, ..., TablesError), never its modules."""
+    g = import_graph()
+    reach = sorted((a, b) for a, b in g.edges if a.startswith("fgx.commands") and b.startswith("fgx.tables."))
+    assert not reach, f"commands import fgx/tables modules directly: {reach}"
+    assert g.has_edge("fgx.commands.repro", "fgx.tables")
+
+
+def private_imports_across_packages() -> list[str]:
+    """``from fgx.x.y import _name`` where the importing module is not in package fgx.x."""
+    out = []
+    for f in FGX.rglob("*.py"):
+        mod = ".".join(f.relative_to(FGX.parent).with_suffix("").parts)
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("fgx."):
+                package = node.module.rpartition(".")[0]
+                if not mod.startswith(package + ".") or package == "fgx":
+                    out += [f"{mod}: from {node.module} import {a.name}" for a in node.names
+                            if a.name.startswith("_") and not a.name.startswith("__")]
+    return out
+
+
+def test_no_private_name_is_imported_from_another_package():
+    assert not private_imports_across_packages()
+
+
+def test_the_private_import_check_sees_one(tmp_path, monkeypatch):
+    pkg = tmp_path / "fgx"
+    (pkg / "commands").mkdir(parents=True)
+    (pkg / "commands" / "x.py").write_text("def f():\n    from fgx.launch import _job_overrides\n")
+    (pkg / "tables").mkdir()
+    (pkg / "tables" / "a.py").write_text("from fgx.tables.b import _same\n")     # inside one package: allowed
+    monkeypatch.setattr(sys.modules[__name__], "FGX", pkg)
+    assert private_imports_across_packages() == ["fgx.commands.x: from fgx.launch import _job_overrides"]

@@ -219,7 +219,7 @@ def test_fedssp_shares_only_the_eigenvalue_encoder(run_fgx, watch, monkeypatch, 
     r2 = [(k, p) for k, p, s, d, r in seen["sent"] if r == 2 and k in ("mean_representation", "global_consensus")]
     means = torch.stack([p for k, p in r2 if k == "mean_representation"])
     assert torch.allclose([p for k, p in r2 if k == "global_consensus"][0], means.mean(0))
-    assert all(torch.equal(c.extra["consensus"], means.mean(0)) for c in clients)
+    assert all(torch.equal(c.consensus, means.mean(0)) for c in clients)
 
 
 def test_fedssp_consensus_term_pulls_to_the_global_mean():
@@ -227,20 +227,20 @@ def test_fedssp_consensus_term_pulls_to_the_global_mean():
     import fgx.algorithms.fedssp as fs
     captured = {}
 
-    def fake_epochs(state, epochs, batch, negs, tau, seed, extra_loss=None):
+    def fake_epochs(state, epochs, batch, negs, tau, seed, regulariser=None):
         state.model.rep_mean = torch.tensor([1.0, 3.0], requires_grad=True)
-        captured["loss"] = extra_loss(state, None, None)
+        captured["loss"] = regulariser(state, None, None)
         return 0.0
     real = fs.bpr_graph_epochs
     fs.bpr_graph_epochs = fake_epochs
     try:
         st = type("S", (), {})()
-        st.model, st.extra = type("M", (), {})(), {"consensus": torch.tensor([0.0, 1.0]), "running": torch.tensor([0.0, 0.0])}
+        st.model, st.consensus, st.running = type("M", (), {})(), torch.tensor([0.0, 1.0]), torch.tensor([0.0, 0.0])
         fedssp_train(st, FedSSPParams(tau_weight=10.0, momentum=0.5), 0)
     finally:
         fs.bpr_graph_epochs = real
     run = torch.tensor([0.5, 1.5])               # (1-m)·0 + m·[1, 3]
-    assert torch.allclose(st.extra["running"], run)
+    assert torch.allclose(st.running, run)
     assert torch.isclose(captured["loss"], 10.0 * (0.5 * (run - torch.tensor([0.0, 1.0])) ** 2).mean())
 
 
@@ -272,7 +272,7 @@ def test_fedpub_ranking_personalised_aggregation(run_fgx, watch, monkeypatch, tm
     assert np.allclose(rec[0]["W"], W.numpy(), atol=1e-6)
     # the masks are trained and never sent
     for c in clients:
-        assert any(not torch.equal(m, torch.ones_like(m)) for m in c.extra["masks"].values())
+        assert any(not torch.equal(m, torch.ones_like(m)) for m in c.masks.values())
 
 
 def test_fedpub_ranking_local_epochs_step_over_mini_batches(run_fgx, monkeypatch, tmp_path):

@@ -95,23 +95,31 @@ def test_client_randomness_depends_on_seed_round_and_client_only():
 
 
 def test_client_state_is_shipped_without_its_resident_data():
-    from fgx.algorithms.base import ClientState
+    from dataclasses import dataclass, field
+
+    from fgx.federation.client import ClientState
     from fgx.federation.ray_executor import RayExecutor, attach, strip
     import torch
 
+    @dataclass
+    class Cached(ClientState):            # a method's client with a dict field ('a.b' paths name its keys)
+        cache: dict = field(default_factory=dict)
+
     view = object()
-    state = ClientState(cid=3, view=view, model=torch.nn.Linear(2, 2), optimizer=None, task="node",
-                        extra={"sampler": "S", "keep": 1})
-    light = strip(state, ["view", "sampler", "extra.sampler"])
-    assert light.view is None and light.extra == {"keep": 1} and light.model is state.model
-    assert state.view is view and state.extra["sampler"] == "S"        # the original is untouched
-    attach(light, {"view": view, "extra.sampler": "S"})
-    assert light.view is view and light.extra["sampler"] == "S"
+    state = Cached(cid=3, view=view, model=torch.nn.Linear(2, 2), optimizer=None, task="node", sampler="S",
+                   cache={"big": "B", "keep": 1})
+    paths = ["view", "sampler", "cache.big"]
+    light = strip(state, paths)
+    assert light.view is None and light.sampler is None and light.cache == {"keep": 1} and light.model is state.model
+    assert state.view is view and state.sampler == "S" and state.cache["big"] == "B"   # the original is untouched
+    attach(light, {"view": view, "sampler": "S", "cache.big": "B"})
+    assert light.view is view and light.sampler == "S" and light.cache["big"] == "B"
     # what the actor sends back replaces the algorithm's own state, but not its resident data
-    back = strip(light, ["view", "sampler", "extra.sampler"])
+    back = strip(light, paths)
     back.model = torch.nn.Linear(2, 2)
-    RayExecutor._update(state, back, ["view", "sampler", "extra.sampler"])
-    assert state.model is back.model and state.view is view and state.extra == {"sampler": "S", "keep": 1}
+    RayExecutor._update(state, back, paths)
+    assert state.model is back.model and state.view is view and state.sampler == "S"
+    assert state.cache == {"big": "B", "keep": 1}
 
 
 @pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')")

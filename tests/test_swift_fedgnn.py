@@ -38,18 +38,25 @@ def test_cross_steps_every_period_and_only_on_sampled_clients(recorded, run_fgx,
     import fgx.algorithms.swift_fedgnn as swift
 
     calls = []          # (kind, cid, steps) in call order
-    real_cross, real_local = swift.cross_step, swift.train_steps
+    real_cross, real_local = swift.cross_step, swift.local_training
+
+    inside_cross = []     # a cross step is one step of the same loop: not a local call of its own
 
     def cross(state, *a, **k):
         calls.append(("cross", state.cid, 1))
-        return real_cross(state, *a, **k)
+        inside_cross.append(state.cid)
+        try:
+            return real_cross(state, *a, **k)
+        finally:
+            inside_cross.pop()
 
     def local(state, steps, *a, **k):
-        calls.append(("local", state.cid, steps))
+        if not inside_cross:
+            calls.append(("local", state.cid, steps))
         return real_local(state, steps, *a, **k)
 
     monkeypatch.setattr(swift, "cross_step", cross)
-    monkeypatch.setattr(swift, "train_steps", local)
+    monkeypatch.setattr(swift, "local_training", local)
     K, period, rounds, n = 5, 3, 3, 4
     run = run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", f"algorithm.local_steps={K}", f"algorithm.period={period}",
                   "algorithm.clients_per_cross_round=2", f"partitioner.num_clients={n}", f"rounds={rounds}")

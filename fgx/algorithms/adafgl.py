@@ -40,11 +40,12 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import check_client_size, flat_params, mean_loss, round_seed
+from fgx.algorithms.base import check_client_size, flat_params, mean_loss
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.fedgta import label_propagation
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, round_seed
 from fgx.models.gamlp import normalized_adjacency, propagate
 from fgx.registry import ALGORITHMS
 
@@ -157,10 +158,28 @@ def homophily_confidence(view, adj: torch.Tensor, num_classes: int, p: AdaFGLPar
     return float((out[held].argmax(1) == view.y[held]).float().mean())
 
 
+@dataclass
+class Personal:
+    """A client's step-2 state: the extractor's soft labels P [n, C], its HCS, the knowledge graph [n, n],
+    the smoothed features, and the personalised model with its optimiser."""
+    soft: torch.Tensor
+    hcs: float
+    knowledge: torch.Tensor
+    smoothed: torch.Tensor
+    model: nn.Module
+    optimizer: torch.optim.Optimizer
+
+
+@dataclass
+class AdaFGLClient(ClientState):
+    num_classes: int = 0
+    personal: Personal | None = None       # step 2 (None before it starts)
+
+
 def adafgl_init_client(state, extractor: dict, p: AdaFGLParams, round_seed: int):
     """Step 2 starts: soft labels of the extractor, HCS, knowledge-guided smoothing, a fresh
     personalised model. Returns what the run records about the client."""
-    view, c = state.view, state.extra["num_classes"]
+    view, c = state.view, state.num_classes
     state.model.load_state_dict(extractor)
     state.model.eval()
     with torch.no_grad():
@@ -181,8 +200,8 @@ def adafgl_init_client(state, extractor: dict, p: AdaFGLParams, round_seed: int)
         hete = not homo
     torch.manual_seed(round_seed + state.cid)
     model = PersonalModel(view.x.size(1), c, p, homo, hete).to(view.x.device)
-    state.extra["adafgl"] = {"soft": soft, "hcs": hcs, "knowledge": knowledge, "smoothed": smoothed, "model": model,
-                             "optimizer": torch.optim.Adam(model.parameters(), lr=p.lr, weight_decay=p.weight_decay)}
+    state.personal = Personal(soft, hcs, knowledge, smoothed, model,
+                              torch.optim.Adam(model.parameters(), lr=p.lr, weight_decay=p.weight_decay))
     return {"hcs": hcs, "knowledge_edges": int(kn.size(1)), "branches": "both" if homo and hete else
             ("homophilous" if homo else "heterophilous")}
 
@@ -215,8 +234,8 @@ def fused_prediction(out: dict[str, torch.Tensor], soft: torch.Tensor, hcs: floa
 
 
 def adafgl_personal_round(state, p: AdaFGLParams, round_seed: int) -> float:
-    a = state.extra["adafgl"]
-    view, model, opt = state.view, a["model"], a["optimizer"]
+    a = state.personal
+    view, model, opt = state.view, a.model, a.optimizer
     train = view.train_mask
     y = view.y[train]
     if y.numel() == 0:                               # no labels to learn from: the model stays as it is
@@ -226,7 +245,7 @@ def adafgl_personal_round(state, p: AdaFGLParams, round_seed: int) -> float:
     total = 0.0
     for _ in range(p.personal_steps):
         opt.zero_grad()
-        loss = personal_loss(model(view.x.float(), a["smoothed"], a["knowledge"]), a["soft"], train, y)
+        loss = personal_loss(model(view.x.float(), a.smoothed, a.knowledge), a.soft, train, y)
         loss.backward()
         opt.step()
         total += float(loss.detach())
@@ -235,6 +254,9 @@ def adafgl_personal_round(state, p: AdaFGLParams, round_seed: int) -> float:
 
 @ALGORITHMS.register("adafgl", params=AdaFGLParams, tasks=("node",))
 class AdaFGL(FedAvg):
+    """FedAvg's round in step 1; step 2 changes the round itself (personalised training, nothing sent)."""
+    client_state = AdaFGLClient
+    objective = None               # step 2's personalised training is client work of its own
     messages = {"global_weights": Message("down"), "update": Message("up", release=True),
                 "knowledge_extractor": Message("down")}
 
@@ -254,7 +276,7 @@ class AdaFGL(FedAvg):
                           "AdaFGL's step 2 builds dense n x n node similarity matrices on each client")
         super().setup()
         for s in self.states:
-            s.extra["num_classes"] = self.ctx.out_dim
+            s.num_classes = self.ctx.out_dim
         self.extractor_rounds = self.params.extractor_rounds      # null resolved in check_config
         self.ctx.log.info("adafgl: step 1 (FedAvg, knowledge extractor) in rounds 1..%d, step 2 (personalised, "
                           "no communication) in rounds %d..%d", self.extractor_rounds, self.extractor_rounds + 1,
@@ -282,17 +304,17 @@ class AdaFGL(FedAvg):
         if not self.personalised:
             return super().score(client, model)
         s = self.states[client.cid]
-        a = s.extra["adafgl"]
-        a["model"].eval()
-        probs = fused_prediction(a["model"](s.view.x.float(), a["smoothed"], a["knowledge"]), a["soft"], a["hcs"])
+        a = s.personal
+        a.model.eval()
+        probs = fused_prediction(a.model(s.view.x.float(), a.smoothed, a.knowledge), a.soft, a.hcs)
         return torch.log(probs.clamp(min=1e-12))
 
     def state_dict(self) -> dict:
         out = super().state_dict()
         if self.personalised:
             out["personal"] = {"switched_at": self.switched_at, "extractor": flat_params(self.global_model),
-                               "models": [s.extra["adafgl"]["model"].state_dict() for s in self.states],
-                               "optimizers": [s.extra["adafgl"]["optimizer"].state_dict() for s in self.states]}
+                               "models": [s.personal.model.state_dict() for s in self.states],
+                               "optimizers": [s.personal.optimizer.state_dict() for s in self.states]}
         return out
 
     def load_state_dict(self, state: dict) -> None:
@@ -303,6 +325,6 @@ class AdaFGL(FedAvg):
         self.ctx.executor.map(adafgl_init_client, self.states, personal["extractor"], self.params,
                               round_seed(self.ctx.seed, personal["switched_at"]))
         for s, m, o in zip(self.states, personal["models"], personal["optimizers"]):
-            s.extra["adafgl"]["model"].load_state_dict(m)
-            s.extra["adafgl"]["optimizer"].load_state_dict(o)
+            s.personal.model.load_state_dict(m)
+            s.personal.optimizer.load_state_dict(o)
         self.personalised, self.switched_at = True, personal["switched_at"]

@@ -1,39 +1,23 @@
-"""The federated protocol interface, plus the client-side training pieces most algorithms share.
+"""The federated protocol interface, and the server-side pieces most algorithms share.
 
 An algorithm owns what clients do locally, what they send (declared in ``messages``) and how the
 server combines it. The trainer calls ``setup()`` once, ``round(r)`` per round, ``predict(client)``
-at evaluations, and ``state_dict()``/``load_state_dict()`` for checkpoints."""
+at evaluations, and ``state_dict()``/``load_state_dict()`` for checkpoints. A round has fixed phases
+(``round``): a method overrides the phase its paper changes. The client side (local-training params,
+client state, the one local-training loop and its objectives) is fgx/federation/client.py."""
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 from torch import nn
 
 from fgx import inference
-from fgx.config import ConfigError, spec
+from fgx.config import ConfigError
 from fgx.federation.channel import Message
-from fgx.tasks import SPLITS, class_weights, local_view, split_mask, targets
-
-
-@dataclass
-class LocalTrainParams:
-    lr: float = field(default=0.01, metadata=spec(gt=0.0))
-    weight_decay: float = field(default=5e-4, metadata=spec(min=0.0))
-    optimizer: str = field(default="adam", metadata=spec(choices=["adam", "sgd"]))
-    local_steps: int = field(default=10, metadata=spec(min=1, help="gradient steps per round (K)"))
-    local_epochs: int | None = field(default=None, metadata=spec(
-        min=1, help="if set: passes over the training items per round (E), overriding local_steps"))
-    batch_size: int | None = field(default=None, metadata=spec(min=1, help="training items per step; null: all"))
-    class_weighted: bool | None = field(default=None, metadata=spec(
-        help="class-weighted cross-entropy; null: on for edge tasks (imbalanced AML)"))
-    class_weights: list[float] | None = field(default=None, metadata=spec(
-        gt=0.0, help="explicit cross-entropy class weights (e.g. Multi-GNN's [1.0, 6.275]); overrides class_weighted"))
-    fanouts: list[int] | None = field(default=None, metadata=spec(
-        help="with batch_size: run each step on fgx's sampled L-hop subgraph of the seed batch "
-             "(e.g. [10, 10]; -1 = all neighbours); null: the whole client graph"))
+from fgx.federation.client import NO_OBJECTIVE, ClientUpdate, Objective, local_update, num_train_items, round_seed
+from fgx.tasks import SPLITS, local_view, targets
 
 
 class Algorithm:
@@ -44,6 +28,12 @@ class Algorithm:
     # (model name, why) for a method built around one model (FedSage+ on GraphSAGE): check_config
     # refuses any other before work starts
     requires_model: tuple[str, str] | None = None
+    # a decentralised method whose peers gossip models (fgx/algorithms/gossip.py): what privacy=mf_gdp accounts
+    gossip: bool = False
+    # the kind of local objective its clients train under through the client runtime's ``local_update``
+    # (``client_objective`` builds the round's); None (the default): some of its client work is its own.
+    # executor=batched asks it, before work starts, whether every client call can run as one batch
+    objective: type[Objective] | None = None
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -53,8 +43,42 @@ class Algorithm:
     def setup(self) -> None:
         raise NotImplementedError
 
+    # -- the round, in fixed phases (Flower's configure_fit / fit / aggregate_fit) ----------
     def round(self, r: int) -> dict[str, float]:
-        raise NotImplementedError
+        """One round: select the clients, configure what they start from, the round's client objective,
+        each chosen client's ``local_update`` through the executor, aggregate what they send, update the
+        server. Returns the scalars to log (``loss``: the mean client loss, and diagnostics). A method
+        overrides the phase its paper changes; one whose paper changes the order of the phases overrides
+        ``round`` (docs/ARCHITECTURE.md names them)."""
+        chosen = self.select(r)
+        weights = self.configure(chosen, r)
+        objective = self.client_objective(chosen, weights, r)
+        updates = self.ctx.executor.map(local_update, chosen, weights, self.params, round_seed(self.ctx.seed, r),
+                                        objective)
+        combined, stats = self.aggregate(chosen, updates, r)
+        return {**stats, **self.server_update(combined, r)}
+
+    def select(self, r: int) -> list:
+        """This round's clients (their ClientStates): every client."""
+        return self.states
+
+    def configure(self, chosen: list, r: int) -> dict[str, torch.Tensor] | None:
+        """What the chosen clients load before training, sent down the channel (None: each keeps its own model)."""
+        return None
+
+    def client_objective(self, chosen: list, weights: dict[str, torch.Tensor] | None, r: int) -> Objective:
+        """The round's local objective (an instance of ``objective``; the plain one adds nothing), with
+        whatever it needs sent down the channel."""
+        return NO_OBJECTIVE
+
+    def aggregate(self, chosen: list, updates: list[ClientUpdate], r: int) -> tuple[Any, dict[str, float]]:
+        """The clients' updates up the channel and their combination; returns (what ``server_update``
+        applies, the round's scalars)."""
+        return None, {"loss": mean_loss(u.loss.loss for u in updates)}
+
+    def server_update(self, combined: Any, r: int) -> dict[str, float]:
+        """Apply the combination to the server's state; returns further scalars (diagnostics)."""
+        return {}
 
     def model_for(self, client) -> nn.Module:
         """The model a client evaluates with."""
@@ -109,6 +133,22 @@ class Algorithm:
         """Scores of every item of the client's view under ``model``: the one place an algorithm that
         scores its own way (FedGNN's expanded subgraph, AdaFGL's personalised step) changes ``predict``."""
         return model(self.view_for(client))
+
+    # -- optional capabilities: what the trainer and the privacy mechanisms ask every algorithm, with
+    # the answer of a method that has none -------------------------------------------------------
+    def client_metrics(self, client) -> dict[str, dict[str, float]] | None:
+        """{split: {metric: value}} of a method that scores its clients itself (ranking and regression
+        tasks: no logits and labels); None: the trainer scores ``predict``'s outputs."""
+        return None
+
+    def privacy_report(self) -> dict | None:
+        """The accounting of a local DP the method runs itself (FedPerGNN), for privacy.json; None: none."""
+        return None
+
+    def node_embeddings(self, max_nodes: int | None = None, seed: int = 0) -> torch.Tensor | None:
+        """[n, d] the released embedding of every owned node (or ``max_nodes`` of them at random) under the
+        final model, for metric-DP's ρ over all nodes; None where the method releases none."""
+        return None
 
     def state_dict(self) -> dict:
         raise NotImplementedError
@@ -195,130 +235,6 @@ def per_split(scores: torch.Tensor, inv: torch.Tensor, items: dict) -> dict[str,
     return out
 
 
-@dataclass
-class ClientState:
-    """What one client keeps between rounds: its view of the data, its model and optimiser."""
-    cid: int
-    view: Any
-    model: nn.Module
-    optimizer: torch.optim.Optimizer
-    task: str
-    loss_weight: torch.Tensor | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def make_optimizer(model: nn.Module, p: LocalTrainParams) -> torch.optim.Optimizer:
-    """The algorithm's optimiser over the model; a model with parameter groups of its own (UniFilter's
-    combination coefficients have their own learning rate) says so through ``param_groups``."""
-    groups = model.param_groups(p.lr, p.weight_decay) if hasattr(model, "param_groups") else \
-        [{"params": list(model.parameters()), "lr": p.lr, "weight_decay": p.weight_decay}]
-    if p.optimizer == "sgd":
-        return torch.optim.SGD(groups)
-    # fused: one kernel for all parameters instead of ~10 per tensor (a third of a Cora client's step)
-    devices = {q.device.type for g in groups for q in g["params"]}
-    fused = True if devices <= {"cpu", "cuda"} and all(q.is_floating_point() for g in groups for q in g["params"]) else None
-    return torch.optim.Adam(groups, fused=fused)
-
-
-def make_client_state(ctx, client, view, model: nn.Module) -> ClientState:
-    p = ctx.params
-    task = ctx.info.task
-    weight = None
-    weighted = p.class_weighted if p.class_weighted is not None else task == "edge"
-    if getattr(p, "class_weights", None):
-        if len(p.class_weights) != ctx.out_dim:
-            raise ConfigError("algorithm.class_weights", p.class_weights, f"a list of {ctx.out_dim} weights")
-        weight = torch.tensor(p.class_weights, dtype=torch.float, device=ctx.device)
-    elif weighted:
-        _, y = targets(view, task, "train")
-        weight = class_weights(y.cpu(), ctx.out_dim).to(ctx.device)
-    return ClientState(client.cid, view, model, make_optimizer(model, p), task, weight)
-
-
-def num_train_items(state: ClientState) -> int:
-    return int(split_mask(state.view, state.task, "train").sum())
-
-
-def steps_per_round(state: ClientState, p: LocalTrainParams) -> int:
-    if p.local_epochs is None:
-        return p.local_steps
-    n = num_train_items(state)
-    per_epoch = 1 if p.batch_size is None else max(1, -(-n // p.batch_size))
-    return p.local_epochs * per_epoch
-
-
-def supervised_loss(state: ClientState, batch: torch.Tensor | None = None, extra_loss=None) -> torch.Tensor:
-    """Cross-entropy on the client's training items (or the ``batch`` subset of them)."""
-    mask, y = targets(state.view, state.task, "train")
-    out = state.model(state.view)[mask]
-    if batch is not None:
-        out, y = out[batch], y[batch]
-    loss = nn.functional.cross_entropy(out, y, weight=state.loss_weight)
-    if extra_loss is not None:
-        loss = loss + extra_loss(state)
-    return loss
-
-
-def sampled_loss(state: ClientState, seeds: torch.Tensor, fanouts: list[int], generator, extra_loss=None):
-    """Cross-entropy on seed items, computed on fgx's sampled neighbourhood of the seeds only."""
-    from fgx.sampler import NeighborSampler, sample_view
-
-    view = state.view
-    sampler = state.extra.get("sampler")
-    if sampler is None:
-        sampler = NeighborSampler(view.edge_index.cpu(), view.num_nodes, fanouts, direction="in")
-        state.extra["sampler"] = sampler
-    if state.task == "edge":
-        sample = sampler.sample_edges(seeds.cpu(), generator)
-        sub = sample_view(view, sample).to(view.x.device)
-        out = state.model(sub)[: sample.num_seed_edges]
-        y = sub.edge_y[: sample.num_seed_edges]
-    else:
-        sample = sampler.sample_nodes(seeds.cpu(), generator)
-        sub = sample_view(view, sample).to(view.x.device)
-        out = state.model(sub)[: sample.num_seed_nodes]
-        y = sub.y[: sample.num_seed_nodes]
-    loss = nn.functional.cross_entropy(out, y, weight=state.loss_weight)
-    if extra_loss is not None:
-        loss = loss + extra_loss(state)
-    return loss
-
-
-def train_steps(state: ClientState, steps: int, batch_size: int | None, generator: torch.Generator,
-                extra_loss=None, fanouts: list[int] | None = None) -> float:
-    """``steps`` optimiser steps on the client's training items; returns the mean loss. With
-    ``fanouts`` and a batch size, each step runs on the sampled subgraph of its seed batch."""
-    state.model.train()
-    n = num_train_items(state)
-    if n == 0:
-        return float("nan")
-    total = 0.0
-    train_ids = None
-    from fgx.progress import tick
-
-    for step in range(steps):
-        tick(f"client {state.cid} step", step + 1, steps)
-        batch = None
-        if batch_size is not None and batch_size < n:
-            batch = torch.randperm(n, generator=generator)[:batch_size].to(state.view.x.device)
-        state.optimizer.zero_grad()
-        if fanouts and batch is not None:
-            if train_ids is None:
-                train_ids = targets(state.view, state.task, "train")[0].nonzero().view(-1)
-            loss = sampled_loss(state, train_ids[batch], fanouts, generator, extra_loss)
-        else:
-            loss = supervised_loss(state, batch, extra_loss)
-        loss.backward()
-        state.optimizer.step()
-        total += float(loss.detach())
-    return total / steps
-
-
-def round_seed(seed: int, r: int) -> int:
-    """Seed of round ``r``'s client-side randomness (a client adds its id)."""
-    return seed * 1_000_003 + r * 1009
-
-
 def flat_params(model: nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -361,11 +277,6 @@ def personalised_average(states: list[dict[str, torch.Tensor]], row, own: int) -
     aggregation matrix, rows summing to 1); client ``own``'s integer buffers."""
     return {k: sum(row[j] * s[k] for j, s in enumerate(states) if row[j] > 0)
             if states[0][k].is_floating_point() else states[own][k] for k in states[0]}
-
-
-def state_delta(new: dict[str, torch.Tensor], old: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """new - old over ``old``'s keys (what a client sends up after training from ``old``)."""
-    return {k: (new[k] - old[k]) if new[k].is_floating_point() else new[k].clone() for k in old}
 
 
 def apply_delta(state: dict[str, torch.Tensor], delta: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

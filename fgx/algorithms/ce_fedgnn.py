@@ -17,10 +17,10 @@ import torch
 from torch import nn
 
 from fgx import inference
-from fgx.algorithms.base import (Algorithm, add_delta, aggregation_weights, flat_params, mean_loss, round_seed,
-                                 state_delta, weighted_average)
+from fgx.algorithms.base import Algorithm, add_delta, aggregation_weights, flat_params, mean_loss, weighted_average
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import round_seed, state_delta
 from fgx.progress import tick
 from fgx.registry import ALGORITHMS
 from fgx.tasks import SPLITS, class_weights, local_view, targets

@@ -117,7 +117,7 @@ def f2mf_train(state: FairClient, p: F2MFParams, seed: int) -> float:
             fair.append(float(out.detach()))
             return out
     loss = bpr_epochs(state.model, state.inter.train, state.known, state.optimizer, p.local_epochs, p.batch_size,
-                      p.num_negatives, p.l2, g, bpr_tau=p.bpr_tau, extra_loss=extra)
+                      p.num_negatives, p.l2, g, bpr_tau=p.bpr_tau, regulariser=extra)
     state.delta = state.model.item_emb.weight.detach() - start
     # the fairness term's mean over the batches against the mean batch loss (which includes it)
     state.reg_share = (sum(fair) / len(fair)) / max(abs(loss), 1e-30) if fair else 0.0

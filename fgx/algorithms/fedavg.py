@@ -6,11 +6,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, add_delta, aggregation_weights, copy_model, flat_params,
-                                 make_client_state, mean_loss, round_seed, state_delta, steps_per_round, train_steps,
-                                 weighted_average, zero_delta)
+from fgx.algorithms.base import (Algorithm, add_delta, aggregation_weights, copy_model, flat_params, mean_loss,
+                                  weighted_average, zero_delta)
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, LocalTrainParams, Objective, make_client_state
 from fgx.registry import ALGORITHMS
 
 
@@ -24,27 +24,19 @@ class FedAvgParams(LocalTrainParams):
     weighting: str = field(default="train_items", metadata=spec(choices=["train_items", "uniform"]))
 
 
-def client_update(state, global_weights: dict, p: LocalTrainParams, round_seed: int):
-    """Client side of one FedAvg round: start from the global weights, train, return the delta.
-    Module-level (not a closure) so that any executor can ship it to where the client lives."""
-    state.model.load_state_dict(global_weights, strict=False)   # a method sharing part of the model sends that part
-    g = torch.Generator().manual_seed(round_seed + state.cid)
-    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, state.extra.get("extra_loss"), p.fanouts)
-    return state_delta(state.model.state_dict(), global_weights), loss
-
-
-@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph"))
+@ALGORITHMS.register("fedavg", params=FedAvgParams, tasks=("node", "edge", "graph", "link"))
 class FedAvg(Algorithm):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True)}
     down, up = "global_weights", "update"     # the kinds of the round's two messages (FedPer: its base's)
     has_local_models = True
-    client_fn = staticmethod(client_update)   # subclasses (FedProx) swap the client side
+    client_state: type[ClientState] = ClientState   # what a client keeps (SCAFFOLD: its control variate too)
+    objective = Objective                           # its clients' objective adds nothing
 
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)
         self.global_model = self.ctx.build_model()
-        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(self.global_model))
-                       for c in self.ctx.clients]
+        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(self.global_model),
+                                         self.client_state) for c in self.ctx.clients]
 
     def sample_clients(self, r: int) -> list[int]:
         """This round's clients (a Poisson draw may be empty)."""
@@ -52,35 +44,39 @@ class FedAvg(Algorithm):
         if q >= 1.0:
             return list(range(n))
         g = torch.Generator().manual_seed(self.ctx.seed * 100003 + r)
-        if getattr(self.params, "client_sampling", "fixed") == "poisson":
+        if self.params.client_sampling == "poisson":
             return (torch.rand(n, generator=g) < q).nonzero().view(-1).tolist()
         k = max(1, int(round(q * n)))
         return sorted(torch.randperm(n, generator=g)[:k].tolist())
 
-    def round(self, r: int) -> dict[str, float]:
-        p, ch = self.params, self.ctx.channel
-        chosen = [self.states[i] for i in self.sample_clients(r)]
-        gw = ch.broadcast(self.down, self.shared_weights(), [s.cid for s in chosen], r)
-        results = self.ctx.executor.map(type(self).client_fn, chosen, gw, p, round_seed(self.ctx.seed, r))
-        return {"loss": self.apply_updates(chosen, results, r)}
+    def select(self, r: int) -> list:
+        return [self.states[i] for i in self.sample_clients(r)]
+
+    def configure(self, chosen: list, r: int) -> dict[str, torch.Tensor]:
+        """The global model (``shared_weights``) down to the chosen clients."""
+        return self.ctx.channel.broadcast(self.down, self.shared_weights(), [s.cid for s in chosen], r)
 
     def shared_weights(self) -> dict[str, torch.Tensor]:
         """What the server sends down: the whole global model (FedStar: its structure encoder only)."""
         return flat_params(self.global_model)
 
-    def apply_updates(self, chosen: list, results: list, r: int) -> float:
-        """Server side: the clients' (update, loss) pairs go up the channel and their (weighted)
-        average moves the global model. Returns the mean client loss. The updates as the server
-        received them stay in ``self.received`` (chosen states, updates) for server-side steps that
-        follow the average (FedTAD's distillation)."""
-        p, ch = self.params, self.ctx.channel
-        deltas = [ch.send(self.up, d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(chosen, results)]
+    def aggregate(self, chosen: list, updates: list, r: int) -> tuple[dict[str, torch.Tensor], dict[str, float]]:
+        """The clients' updates go up the channel; their (weighted) average, which a privacy mechanism
+        may noise (``channel.aggregate``), and the mean client loss. The updates as the server received
+        them stay in ``self.received`` (chosen states, updates) for server-side steps that follow the
+        average (FedTAD's distillation)."""
+        ch = self.ctx.channel
+        deltas = [ch.send(self.up, u.delta, src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
         self.received = (chosen, deltas)
         # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises
-        mean = weighted_average(deltas, aggregation_weights(chosen, p.weighting)) if deltas else \
+        mean = weighted_average(deltas, aggregation_weights(chosen, self.params.weighting)) if deltas else \
             zero_delta(self.shared_weights())
-        add_delta(self.global_model, ch.aggregate(self.up, mean, len(chosen), r))
-        return mean_loss(l for _, l in results)
+        return ch.aggregate(self.up, mean, len(chosen), r), {"loss": mean_loss(u.loss.loss for u in updates)}
+
+    def server_update(self, mean: dict[str, torch.Tensor], r: int) -> dict[str, float]:
+        """The global model moves by the averaged update."""
+        add_delta(self.global_model, mean)
+        return {}
 
     def model_for(self, client):
         return self.global_model

@@ -20,12 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
+from torch import nn
 
-from fgx.algorithms.base import mean_loss, num_train_items, round_seed, state_delta, steps_per_round
+from fgx.algorithms.base import mean_loss
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
-from fgx.algorithms.representation import check_setting, objective_steps
+from fgx.algorithms.representation import check_setting
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, Objective, num_train_items, steps_per_round
 from fgx.registry import ALGORITHMS
 
 
@@ -35,43 +37,60 @@ class FedDCParams(FedAvgParams):
     max_grad_norm: float | None = field(default=10.0, metadata=spec(gt=0.0, help="gradient-norm clip; null: none"))
 
 
-def drift_terms(state, rep, logits, batch, y):
-    """(α_i/2)·‖θ − (w − h_i)‖² + ⟨θ, g/w_i − g_i⟩ over the model's parameters."""
-    x = state.extra["feddc"]
-    pen, cor = 0.0, 0.0
-    for name, w in state.model.named_parameters():
-        pen = pen + (w - (x["global"][name] - x["h"][name])).pow(2).sum()
-        cor = cor + (w * x["diff"][name]).sum()
-    return 0.5 * x["alpha"] * pen + cor
+@dataclass
+class FedDCClient(ClientState):
+    h: dict | None = None            # the drift variable h_i, name -> tensor (None: zero)
+    g_i: dict | None = None          # the gradient state g_i
 
 
-def feddc_client_update(state, global_weights: dict, received: dict, p: FedDCParams, seed: int):
-    """Local training with the drift penalty and the gradient correction; returns (Δ, CE, terms).
-    ``received``: each sampled client's gradient-state message by client id (this client reads its own)."""
-    server_state = received[state.cid]
-    state.model.load_state_dict(global_weights, strict=False)
-    names = [n for n, _ in state.model.named_parameters()]
-    h = state.extra.setdefault("h", {n: torch.zeros_like(global_weights[n]) for n in names})
-    gi = state.extra.setdefault("g_i", {n: torch.zeros_like(global_weights[n]) for n in names})
-    wi, g = server_state["relative_size"], server_state["g"]
-    state.extra["feddc"] = {"global": global_weights, "h": h, "alpha": p.alpha / wi,
-                            "diff": {n: g[n] / wi - gi[n] for n in names}}
-    steps = steps_per_round(state, p)
-    gen = torch.Generator().manual_seed(seed + state.cid)
-    ce, terms = objective_steps(state, steps, p.batch_size, gen, drift_terms, max_grad_norm=p.max_grad_norm)
-    del state.extra["feddc"]
-    delta = state_delta(state.model.state_dict(), global_weights)
-    for n in names:
-        h[n] += delta[n]
-        gi[n] = gi[n] - g[n] / wi - delta[n] / (steps * p.lr)
-    return delta, ce, terms
+@dataclass
+class Drift(Objective):
+    """(α_i/2)·‖θ − (w − h_i)‖² + ⟨θ, g/w_i − g_i⟩ over the model's parameters, gradients clipped to
+    ``max_grad_norm`` (the authors' code); ``finish`` updates h_i and g_i from the round's update."""
+    received: dict                   # client id -> its gradient-state message {"g", "relative_size"}
+    p: FedDCParams
+    weights: dict | None = None      # the round's start weights w
+    alpha: float = 0.0               # α_i = α / w_i
+    diff: dict | None = None         # g / w_i − g_i
+    unbatched = "its drift penalty and correction are each client's own"
+
+    def start(self, state, weights):
+        names = [n for n, _ in state.model.named_parameters()]
+        if state.h is None:
+            state.h = {n: torch.zeros_like(weights[n]) for n in names}
+        if state.g_i is None:
+            state.g_i = {n: torch.zeros_like(weights[n]) for n in names}
+        wi, g = self.received[state.cid]["relative_size"], self.received[state.cid]["g"]
+        return Drift(self.received, self.p, weights, self.p.alpha / wi, {n: g[n] / wi - state.g_i[n] for n in names})
+
+    def term(self, state, step):
+        pen, cor = 0.0, 0.0
+        for name, w in state.model.named_parameters():
+            pen = pen + (w - (self.weights[name] - state.h[name])).pow(2).sum()
+            cor = cor + (w * self.diff[name]).sum()
+        return 0.5 * self.alpha * pen + cor
+
+    def before_step(self, state):
+        if self.p.max_grad_norm is not None:
+            nn.utils.clip_grad_norm_(state.model.parameters(), self.p.max_grad_norm)
+
+    def finish(self, state, delta):
+        wi, g = self.received[state.cid]["relative_size"], self.received[state.cid]["g"]
+        steps = steps_per_round(state, self.p)
+        for n in state.h:
+            state.h[n] += delta[n]
+            state.g_i[n] = state.g_i[n] - g[n] / wi - delta[n] / (steps * self.p.lr)
 
 
 @ALGORITHMS.register("feddc", params=FedDCParams, tasks=("node", "graph"))
 class FedDC(FedAvg):
+    """FedAvg's round with FedDC's client objective (``Drift``); the server averages uniformly, keeps
+    each h_j and g (``aggregate``) and adds the mean drift to the average (``server_update``)."""
     messages = {"global_weights": Message("down"),
                 "gradient_state": Message("down"),            # g and the client's relative size w_i
                 "update": Message("up", release=True)}
+    client_state = FedDCClient
+    objective = Drift
 
     @classmethod
     def check_config(cls, params, validated) -> None:
@@ -90,17 +109,22 @@ class FedDC(FedAvg):
         sizes = [max(num_train_items(s), 1) for s in self.states]
         self.rel = [n * len(sizes) / sum(sizes) for n in sizes]
 
-    def round(self, r: int) -> dict[str, float]:
-        p, ch = self.params, self.ctx.channel
-        chosen = [self.states[i] for i in self.sample_clients(r)]
-        if not chosen:
-            return {"loss": float("nan")}
-        gw = ch.broadcast("global_weights", self.shared_weights(), [s.cid for s in chosen], r)
+    def configure(self, chosen, r):
+        return super().configure(chosen, r) if chosen else None     # an empty (Poisson) round sends nothing
+
+    def client_objective(self, chosen, weights, r):
         # each client's own message, keyed by its id (the executor passes the same arguments to every client)
-        ss = {s.cid: ch.send("gradient_state", {"g": {k: v.clone() for k, v in self.g.items()}, "relative_size": self.rel[s.cid]}, src="server",
-                             dst=s.cid, round=r) for s in chosen}
-        results = self.ctx.executor.map(feddc_client_update, chosen, gw, ss, p, round_seed(self.ctx.seed, r))
-        deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _, _) in zip(chosen, results)]
+        ch = self.ctx.channel
+        return Drift({s.cid: ch.send("gradient_state", {"g": {k: v.clone() for k, v in self.g.items()},
+                                                        "relative_size": self.rel[s.cid]},
+                                     src="server", dst=s.cid, round=r) for s in chosen}, self.params)
+
+    def aggregate(self, chosen, updates, r):
+        if not updates:
+            return None, {"loss": float("nan")}
+        p, ch = self.params, self.ctx.channel
+        deltas = [ch.send("update", u.delta, src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
+        # the authors' uniform mean Σd/m (weighted_average's Σ d·(1/m) rounds differently)
         mean = {k: sum(d[k] for d in deltas) / len(deltas) if deltas[0][k].is_floating_point() else deltas[0][k]
                 for k in deltas[0]}
         mean = ch.aggregate("update", mean, len(chosen), r)          # a DP mechanism may noise it
@@ -112,21 +136,28 @@ class FedDC(FedAvg):
                 g_step[k] += -self.g[k] - self.rel[s.cid] * d[k] / (steps_per_round(s, p) * p.lr)
         for k in self.names:
             self.g[k] += g_step[k] / n
+        return mean, {"loss": mean_loss(u.loss.ce for u in updates)}
+
+    def server_update(self, mean, r):
+        """w ← w + mean update + the mean drift of all clients."""
+        if mean is None:
+            return {}
+        n = len(self.states)
         drift = {k: sum(h[k] for h in self.h) / n for k in self.names}
         sd = self.global_model.state_dict()
         self.global_model.load_state_dict({k: (sd[k] + mean[k] + drift.get(k, 0.0)) if sd[k].is_floating_point()
                                            else mean[k] for k in mean}, strict=False)
         norm = lambda t: sum(float(v.double().pow(2).sum()) for v in t.values()) ** 0.5   # noqa: E731
         # diagnostic: how far the mean drift moves the global model beside the mean update
-        return {"loss": mean_loss(ce for _, ce, _ in results),
-                "drift_to_update": norm(drift) / max(norm({k: mean[k] for k in self.names}), 1e-30)}
+        return {"drift_to_update": norm(drift) / max(norm({k: mean[k] for k in self.names}), 1e-30)}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "g": self.g, "h": self.h,
-                "client": [{k: s.extra.get(k) for k in ("h", "g_i")} for s in self.states]}
+                "client": [{"h": s.h, "g_i": s.g_i} for s in self.states]}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.g, self.h = state["g"], state["h"]
         for s, c in zip(self.states, state["client"]):
-            s.extra.update({k: v for k, v in c.items() if v is not None})
+            s.h = c["h"] if c.get("h") is not None else s.h
+            s.g_i = c["g_i"] if c.get("g_i") is not None else s.g_i

@@ -26,7 +26,7 @@ import torch
 
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
-from fgx.algorithms.halo import apply_halo_rows, send_halo_embeddings, wrap_edge_clients
+from fgx.algorithms.halo import HaloClient, apply_halo_rows, send_halo_embeddings, wrap_edge_clients
 from fgx.federation.channel import Message
 from fgx.registry import ALGORITHMS
 
@@ -63,6 +63,8 @@ class FedGCN(FedAvg):
                 "cross_request": Message("down"),
                 "boundary_embeddings": Message("up", release=True),
                 "halo_embeddings": Message("down")}
+    client_state = HaloClient     # edge tasks: wrap_edge_clients
+    objective = None              # its setup's exchange is client work of its own
 
     @classmethod
     def check_config(cls, params, validated) -> None:

@@ -32,15 +32,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
-from fgx.algorithms.base import flat_params, state_delta, zero_delta
+from fgx.algorithms.base import flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, SeededDropout, round_seed
 from fgx.models.base import LayerwiseModel
 from fgx.registry import ALGORITHMS
-from fgx.tasks import targets
 
 PRIME = 2_147_483_647          # 2^31 - 1: tokens are an affine permutation modulo this prime
 
@@ -81,8 +80,8 @@ def share_embeddings(state, global_weights: dict, p: FedGNNParams):
     state.model.eval()
     with torch.no_grad():
         h = hidden_embeddings(state.model, state.view, p.share_layer)[-1]
-    pairs, key = state.extra["fedgnn_pairs"], state.extra["fedgnn_key"]
-    return h.cpu(), {"self": tokens(state.extra["fedgnn_ids"], key),
+    pairs, key = state.pairs, state.key
+    return h.cpu(), {"self": tokens(state.ids, key),
                      "neighbours": torch.stack([pairs[0], tokens(pairs[1], key)])}
 
 
@@ -135,29 +134,22 @@ def expanded_forward(model, view, expansion: dict | None, layer: int) -> torch.T
     return model.head(h, e, view.edge_index, view)
 
 
-def fedgnn_client_update(state, global_weights: dict, p: FedGNNParams, round_seed: int):
-    """FedAvg's client step on the expanded subgraph: returns (update, loss)."""
-    state.model.load_state_dict(global_weights)
-    g = torch.Generator().manual_seed(round_seed + state.cid)
-    torch.manual_seed(round_seed + state.cid)       # dropout
-    mask, y = targets(state.view, "node", "train")
-    ids = mask.nonzero().view(-1)
-    if ids.numel() == 0:
-        return zero_delta(global_weights), float("nan")
-    state.model.train()
-    total = 0.0
-    steps = p.local_steps if p.local_epochs is None else p.local_epochs * (
-        1 if p.batch_size is None else -(-ids.numel() // p.batch_size))
-    for _ in range(steps):
-        batch = ids if p.batch_size is None or p.batch_size >= ids.numel() else \
-            ids[torch.randperm(ids.numel(), generator=g)[: p.batch_size].to(ids.device)]
-        state.optimizer.zero_grad()
-        out = expanded_forward(state.model, state.view, state.extra.get("fedgnn_expansion"), p.share_layer)
-        loss = nn.functional.cross_entropy(out[batch], state.view.y[batch], weight=state.loss_weight)
-        loss.backward()
-        state.optimizer.step()
-        total += float(loss.detach())
-    return state_delta(state.model.state_dict(), global_weights), total / steps
+@dataclass
+class FedGNNClient(ClientState):
+    pairs: torch.Tensor | None = None        # [2, P] (owned row, global id of a neighbour) of the client's graph
+    ids: torch.Tensor | None = None          # [n] global ids of the owned nodes
+    key: int = 0                             # the clients' shared hashing key (never sent)
+    expansion: dict | None = None            # the received neighbours: {"nodes" [m], "embeddings" [m, h]}
+
+
+@dataclass
+class Expanded(SeededDropout):
+    """FedAvg's local steps on the expanded subgraph (``expanded_forward``), dropout seeded by round and client."""
+    share_layer: int = 0
+    unbatched = "its forward runs each client's expanded subgraph"
+
+    def forward(self, state):
+        return None, expanded_forward(state.model, state.view, state.expansion, self.share_layer)
 
 
 @ALGORITHMS.register("fedgnn", params=FedGNNParams, tasks=("node",))
@@ -165,7 +157,8 @@ class FedGNN(FedAvg):
     messages = {"global_weights": Message("down"), "update": Message("up", release=True),
                 "node_embeddings": Message("up"), "id_tokens": Message("up"),
                 "expanded_neighbours": Message("down")}
-    client_fn = staticmethod(fedgnn_client_update)
+    client_state = FedGNNClient
+    objective = Expanded
 
     @classmethod
     def check_config(cls, params, validated) -> None:
@@ -183,9 +176,9 @@ class FedGNN(FedAvg):
                               f"layer-wise model (gcn, sage, gin) whose layer L receives the shared embeddings")
         key = int(torch.randint(0, 2**62, (1,), generator=torch.Generator().manual_seed(self.ctx.seed + 97)))
         for s, c in zip(self.states, self.ctx.clients):
-            s.extra["fedgnn_pairs"] = neighbour_pairs(c)
-            s.extra["fedgnn_ids"] = c.nodes[: c.num_owned]
-            s.extra["fedgnn_key"] = key            # shared by the clients, never sent
+            s.pairs = neighbour_pairs(c)
+            s.ids = c.nodes[: c.num_owned]
+            s.key = key            # shared by the clients, never sent
         self.expanded_at = None
 
     def expand(self, r: int) -> dict[str, float]:
@@ -200,31 +193,35 @@ class FedGNN(FedAvg):
             dim = ups[0][0].size(1)
             emb = torch.stack([ups[j][0][w] for j, w in sources]) if sources else torch.zeros(0, dim)
             got = ch.send("expanded_neighbours", {"nodes": rows, "embeddings": emb}, src="server", dst=s.cid, round=r)
-            s.extra["fedgnn_expansion"] = {"nodes": got["nodes"].to(self.ctx.device),
-                                           "embeddings": got["embeddings"].to(self.ctx.device)}
+            s.expansion = {"nodes": got["nodes"].to(self.ctx.device),
+                           "embeddings": got["embeddings"].to(self.ctx.device)}
             added.append(int(rows.numel()))
         self.expanded_at = r
         self.ctx.record("fedgnn_expansion", {"virtual_nodes": added})
         return {"virtual_nodes": float(sum(added))}
 
+    def client_objective(self, chosen, weights, r):
+        return Expanded(round_seed(self.ctx.seed, r), self.params.share_layer)
+
     def round(self, r: int) -> dict[str, float]:
+        """FedAvg's round, after a fresh expansion when one is due (the paper's steps 1 and 2 come first)."""
         p = self.params
-        extra = {}
+        expansion = {}
         if self.expanded_at is None or (p.expand_every > 0 and (r - 1) % p.expand_every == 0):
-            extra = self.expand(r)
-        return {**super().round(r), **extra}
+            expansion = self.expand(r)
+        return {**super().round(r), **expansion}
 
     def score(self, client, model):
         """The model on the client's expanded subgraph."""
         s = self.states[client.cid]
-        return expanded_forward(model, s.view, s.extra.get("fedgnn_expansion"), self.params.share_layer)
+        return expanded_forward(model, s.view, s.expansion, self.params.share_layer)
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "expanded_at": self.expanded_at,
-                "expansions": [s.extra.get("fedgnn_expansion") for s in self.states]}
+                "expansions": [s.expansion for s in self.states]}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         self.expanded_at = state["expanded_at"]
         for s, e in zip(self.states, state["expansions"]):
-            s.extra["fedgnn_expansion"] = e
+            s.expansion = e

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, ClientState, LocalTrainParams, flat_params, make_optimizer,
-                                 mean_loss, round_seed, steps_per_round, train_steps, weight_spread)
+from fgx.algorithms.base import Algorithm, flat_params, mean_loss, weight_spread
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, LocalTrainParams, Objective, make_optimizer
 from fgx.registry import ALGORITHMS
 
 COMB = "comb_weight"
@@ -214,14 +214,25 @@ def client_descriptors(state: ClientState, k: int) -> dict[str, torch.Tensor]:
             "hhat": torch.tensor(bases["hhat"])}
 
 
-def client_round(state: ClientState, p: FedGSPParams, seed: int):
-    """Load the personalised model the server sent (none in round 1), train, return the weights."""
-    personalised = state.extra.pop("personalised", None)
-    if personalised is not None:
-        state.model.load_state_dict(personalised)
-    g = torch.Generator().manual_seed(seed + state.cid)
-    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g)
-    return flat_params(state.model), loss
+@dataclass
+class FedGSPClient(ClientState):
+    personalised: dict | None = None      # the personalised model the server sent this round (none in round 1)
+
+
+@dataclass
+class Personalised(Objective):
+    """FedGSP's client starts from the personalised model the server sent (``state.personalised``; none in
+    round 1) and, after training, sends its weights."""
+    unbatched = "each client starts from its own personalised model"
+
+    def start(self, state, weights):
+        personalised, state.personalised = state.personalised, None
+        if personalised is not None:
+            state.model.load_state_dict(personalised)
+        return self
+
+    def finish(self, state, delta):
+        return flat_params(state.model)
 
 
 def personalised_average(weights: list[dict], w: torch.Tensor, w_k: torch.Tensor) -> list[dict]:
@@ -245,6 +256,9 @@ def personalised_average(weights: list[dict], w: torch.Tensor, w_k: torch.Tensor
 
 @ALGORITHMS.register("fedgsp", params=FedGSPParams, tasks=("node",))
 class FedGSP(Algorithm):
+    """The base round's phases: personalised models down (``client_objective``), models and descriptors
+    up and the collaboration graphs optimised (``aggregate``), the personalised averages (``server_update``)."""
+    objective = Personalised
     requires_model = ("unifilter", "FedGSP aggregates UniFilter's per-order combination coefficients")
     messages = {
         "model": Message("up", release=True),
@@ -264,8 +278,8 @@ class FedGSP(Algorithm):
         self.states = []
         for c in ctx.clients:
             model = ctx.build_model()
-            self.states.append(ClientState(c.cid, self.views[c.cid], model, make_optimizer(model, self.params),
-                                           ctx.info.task))
+            self.states.append(FedGSPClient(c.cid, self.views[c.cid], model, make_optimizer(model, self.params),
+                                            ctx.info.task))
         m, order = len(self.states), self.states[0].model.p.K
         if self.params.graph == "uniform":     # the ablation: no descriptors, every client gets the plain mean
             self.descriptors = None
@@ -288,21 +302,31 @@ class FedGSP(Algorithm):
             return False
         return self.params.graph_opt_rounds < 0 or r <= self.params.graph_opt_rounds
 
-    def round(self, r: int) -> dict[str, float]:
-        p, ch = self.params, self.ctx.channel
+    def client_objective(self, chosen, weights, r):
+        """Each client's personalised model (from the previous round) down to it."""
         for s, x in zip(self.states, self.pending or [None] * len(self.states)):
-            s.extra["personalised"] = None if x is None else \
-                ch.send("personalised_model", x, src="server", dst=s.cid, round=r)
-        results = self.ctx.executor.map(client_round, self.states, p, round_seed(self.ctx.seed, r))
-        uploads = [ch.send("model", wts, src=s.cid, dst="server", round=r) for s, (wts, _) in zip(self.states, results)]
+            s.personalised = None if x is None else \
+                self.ctx.channel.send("personalised_model", x, src="server", dst=s.cid, round=r)
+        return Personalised()
+
+    def aggregate(self, chosen, updates, r):
+        """The clients' models up; while the graphs are optimised, their spectral descriptors too."""
+        ch = self.ctx.channel
+        uploads = [ch.send("model", u.sent, src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
         opt = self.optimising(r)
         if opt:
             desc = [ch.send("spectral_descriptors", {k: d[k] for k in ("p_K", "q_K", "p", "q")},
                             src=s.cid, dst="server", round=r) for s, d in zip(self.states, self.descriptors)]
             self.update_graphs(desc)
+        return (uploads, opt), {"loss": mean_loss(u.loss.loss for u in updates)}
+
+    def server_update(self, combined, r):
+        """Each client's personalised average over the collaboration graphs, applied at the start of the
+        next round (``pending``)."""
+        uploads, opt = combined
         self.pending = personalised_average(uploads, self.w, self.w_k)
         self.record(r, uploads, opt)
-        return {"loss": mean_loss(l for _, l in results), **weight_spread(self.w)}
+        return weight_spread(self.w)
 
     def update_graphs(self, desc: list[dict]) -> None:
         k = self.params.k_principal

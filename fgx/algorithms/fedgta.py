@@ -30,11 +30,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, UploadedLocalModels, client_models_state, copy_model, flat_params,
-                                 load_client_models, make_client_state, mean_loss, personalised_average, round_seed,
-                                 steps_per_round, train_steps, weight_spread)
+from fgx.algorithms.base import (Algorithm, UploadedLocalModels, client_models_state, copy_model, flat_params,
+                                  load_client_models, mean_loss, personalised_average, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import LocalTrainParams, SeededDropout, make_client_state, round_seed
 from fgx.models.gamlp import cached_on_view, normalized_adjacency
 from fgx.registry import ALGORITHMS
 
@@ -93,14 +93,15 @@ def topology_descriptor(state, p: FedGTAParams) -> tuple[torch.Tensor, torch.Ten
     return moments(raw, p.num_moments, p.moment_type).flatten(), smoothing_confidence(soft_t, degree)
 
 
-def fedgta_client_update(state, p: FedGTAParams, round_seed: int):
-    """From the personalised weights it holds: train, describe the subgraph; returns (weights, moments,
-    confidence, loss)."""
-    g = torch.Generator().manual_seed(round_seed + state.cid)
-    torch.manual_seed(round_seed + state.cid)      # dropout
-    loss = train_steps(state, steps_per_round(state, p), p.batch_size, g, None, p.fanouts)
-    m, w = topology_descriptor(state, p)
-    return flat_params(state.model), m.cpu(), w.reshape(1).cpu(), loss
+@dataclass
+class Described(SeededDropout):
+    """FedGTA's client, from the personalised weights it holds: its dropout seeded by round and client, and
+    after training what goes up: (weights, moments [d], smoothing confidence [1])."""
+    p: FedGTAParams = None
+
+    def finish(self, state, delta):
+        m, w = topology_descriptor(state, self.p)
+        return flat_params(state.model), m.cpu(), w.reshape(1).cpu()
 
 
 def aggregation_weights(moment_vectors: torch.Tensor, confidence: torch.Tensor, accept_alpha: float) -> torch.Tensor:
@@ -116,8 +117,12 @@ def aggregation_weights(moment_vectors: torch.Tensor, confidence: torch.Tensor, 
 
 @ALGORITHMS.register("fedgta", params=FedGTAParams, tasks=("node",))
 class FedGTA(UploadedLocalModels, Algorithm):
+    """The base round's phases: every client trains from the personalised weights it holds
+    (``client_objective``), uploads its weights and topology descriptors (``aggregate``), and the server
+    sends each client its personalised average (``server_update``)."""
     messages = {"personalised_weights": Message("down"), "weights": Message("up", release=True),
                 "lp_moments": Message("up"), "smoothing_confidence": Message("up")}
+    objective = Described
 
     @classmethod
     def check_config(cls, params, validated) -> None:
@@ -131,24 +136,32 @@ class FedGTA(UploadedLocalModels, Algorithm):
         init = self.ctx.build_model()
         self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(init)) for c in self.ctx.clients]
 
-    def round(self, r: int) -> dict[str, float]:
-        p, ch = self.params, self.ctx.channel
-        results = self.ctx.executor.map(fedgta_client_update, self.states, p, round_seed(self.ctx.seed, r))
-        thetas = [ch.send("weights", w, src=s.cid, dst="server", round=r) for s, (w, *_) in zip(self.states, results)]
-        self.keep_uploads([w for w, *_ in results])     # the clients' own weights, as their local step left them
-        m = torch.stack([ch.send("lp_moments", x, src=s.cid, dst="server", round=r)
-                         for s, (_, x, _, _) in zip(self.states, results)])
-        conf = torch.cat([ch.send("smoothing_confidence", c, src=s.cid, dst="server", round=r)
-                          for s, (_, _, c, _) in zip(self.states, results)])
-        W = aggregation_weights(m, conf, p.accept_alpha)
+    def client_objective(self, chosen, weights, r):
+        return Described(round_seed(self.ctx.seed, r), self.params)
+
+    def aggregate(self, chosen, updates, r):
+        """The clients' weights and descriptors up the channel; W from the descriptors."""
+        ch = self.ctx.channel
+        thetas = [ch.send("weights", u.sent[0], src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
+        self.keep_uploads([u.sent[0] for u in updates])     # the clients' own weights, as their local step left them
+        m = torch.stack([ch.send("lp_moments", u.sent[1], src=s.cid, dst="server", round=r)
+                         for s, u in zip(chosen, updates)])
+        conf = torch.cat([ch.send("smoothing_confidence", u.sent[2], src=s.cid, dst="server", round=r)
+                          for s, u in zip(chosen, updates)])
+        W = aggregation_weights(m, conf, self.params.accept_alpha)
+        return (thetas, W, conf), {"loss": mean_loss(u.loss.loss for u in updates)}
+
+    def server_update(self, combined, r):
+        """Each client's personalised average down to it, loaded into its model."""
+        thetas, W, conf = combined
         for i, s in enumerate(self.states):
-            personal = ch.send("personalised_weights", personalised_average(thetas, W[i], i), src="server", dst=s.cid,
-                               round=r)
+            personal = self.ctx.channel.send("personalised_weights", personalised_average(thetas, W[i], i),
+                                             src="server", dst=s.cid, round=r)
             s.model.load_state_dict(personal)
         self.ctx.record("fedgta_weights", {"W": W.tolist(), "confidence": conf.tolist()})
         accepted = (W > 0).sum(1).double()          # |A_i|: the clients i aggregates with, itself included
-        return {"loss": mean_loss(l for *_, l in results), **weight_spread(W),
-                "accepted_set_mean": float(accepted.mean()), "accepted_set_min": float(accepted.min())}
+        return {**weight_spread(W), "accepted_set_mean": float(accepted.mean()),
+                "accepted_set_min": float(accepted.min())}
 
     def model_for(self, client):
         return self.states[client.cid].model

@@ -44,9 +44,10 @@ import scipy.sparse as sp
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import round_seed
 from fgx.recsys.bipartite import client_interactions
 from fgx.recsys.graph_clients import graph_client_metrics
 from fgx.recsys.metrics import popularity_groups

@@ -36,10 +36,10 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, UploadedLocalModels, copy_model, flat_params, make_client_state,
-                                 mean_loss, round_seed, steps_per_round, weight_spread)
+from fgx.algorithms.base import Algorithm, UploadedLocalModels, copy_model, flat_params, mean_loss, weight_spread
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, LocalTrainParams, make_client_state, round_seed, steps_per_round
 from fgx.registry import ALGORITHMS
 
 
@@ -135,9 +135,16 @@ def personalised_state(i: int, thetas: list[dict], W: torch.Tensor, slices: dict
     return out
 
 
-def fediih_client_update(state, p: FedIIHParams, round_seed: int):
+@dataclass
+class FedIIHClient(ClientState):
+    heads: nn.Module | None = None              # the VGAE's variance heads
+    prior: torch.Tensor | None = None           # [factors, factor_dim] the global prior the server sent
+    opt: torch.optim.Optimizer | None = None    # Adam over the model and the heads
+
+
+def fediih_client_update(state: FedIIHClient, p: FedIIHParams, round_seed: int):
     """Local epochs on CE + the VGAE loss; returns (weights, descriptor mean, descriptor log-var, loss)."""
-    heads, prior, opt = state.extra["heads"], state.extra["prior"], state.extra["opt"]
+    heads, prior, opt = state.heads, state.prior, state.opt
     view, model = state.view, state.model
     mask, y = view.train_mask, view.y[view.train_mask]
     labelled = y.numel() > 0                        # without labels only the VGAE term trains
@@ -181,14 +188,15 @@ class FedIIH(UploadedLocalModels, Algorithm):
         init = ctx.build_model()
         mp = init.p
         self.slices = {**init.factor_slices(), "heads.weight": 0, "heads.bias": 0}
-        self.states = [make_client_state(ctx, c, self.views[c.cid], copy_model(init)) for c in ctx.clients]
+        self.states = [make_client_state(ctx, c, self.views[c.cid], copy_model(init), FedIIHClient)
+                       for c in ctx.clients]
         torch.manual_seed(ctx.seed)
         heads = VarianceHeads(mp.factors, mp.factor_dim).to(ctx.device)
         for s in self.states:
-            s.extra["heads"] = copy_model(heads)
-            s.extra["prior"] = torch.zeros(mp.factors, mp.factor_dim, device=ctx.device)
-            s.extra["opt"] = torch.optim.Adam(list(s.model.parameters()) + list(s.extra["heads"].parameters()),
-                                              lr=self.params.lr, weight_decay=self.params.weight_decay)
+            s.heads = copy_model(heads)
+            s.prior = torch.zeros(mp.factors, mp.factor_dim, device=ctx.device)
+            s.opt = torch.optim.Adam(list(s.model.parameters()) + list(s.heads.parameters()),
+                                     lr=self.params.lr, weight_decay=self.params.weight_decay)
 
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
@@ -205,8 +213,8 @@ class FedIIH(UploadedLocalModels, Algorithm):
             got = ch.send("personalised_weights", personalised_state(i, thetas, W, self.slices),
                           src="server", dst=s.cid, round=r)
             s.model.load_state_dict({k: v for k, v in got.items() if not k.startswith("heads.")})
-            s.extra["heads"].load_state_dict({k[6:]: v for k, v in got.items() if k.startswith("heads.")})
-            s.extra["prior"] = prior.to(self.ctx.device)
+            s.heads.load_state_dict({k[6:]: v for k, v in got.items() if k.startswith("heads.")})
+            s.prior = prior.to(self.ctx.device)
         self.ctx.record("fediih_weights", {"W": W.tolist(), "similarity": S.tolist()})
         return {"loss": mean_loss(l for *_, l in results), **weight_spread(W)}
 
@@ -215,13 +223,13 @@ class FedIIH(UploadedLocalModels, Algorithm):
 
     def state_dict(self) -> dict:
         return {"models": [s.model.state_dict() for s in self.states],
-                "heads": [s.extra["heads"].state_dict() for s in self.states],
-                "priors": [s.extra["prior"] for s in self.states],
-                "optimizers": [s.extra["opt"].state_dict() for s in self.states]}
+                "heads": [s.heads.state_dict() for s in self.states],
+                "priors": [s.prior for s in self.states],
+                "optimizers": [s.opt.state_dict() for s in self.states]}
 
     def load_state_dict(self, state: dict) -> None:
         for s, m, h, pr, o in zip(self.states, state["models"], state["heads"], state["priors"], state["optimizers"]):
             s.model.load_state_dict(m)
-            s.extra["heads"].load_state_dict(h)
-            s.extra["prior"] = pr
-            s.extra["opt"].load_state_dict(o)
+            s.heads.load_state_dict(h)
+            s.prior = pr
+            s.opt.load_state_dict(o)

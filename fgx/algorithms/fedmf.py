@@ -13,9 +13,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fgx.algorithms.base import Algorithm, require_model, round_seed
+from fgx.algorithms.base import Algorithm, require_model
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import round_seed
 from fgx.recsys.bipartite import client_interactions
 from fgx.recsys.metrics import popularity_groups, ranking_metrics
 from fgx.recsys.training import bpr_epochs, known_matrix

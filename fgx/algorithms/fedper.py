@@ -34,7 +34,7 @@ def head_keys(model: torch.nn.Module, head_layers: int) -> set[str]:
     return {k for k in model.state_dict() if k.startswith(prefixes)}
 
 
-@ALGORITHMS.register("fedper", params=FedPerParams, tasks=("node",))
+@ALGORITHMS.register("fedper", params=FedPerParams, tasks=("node", "link"))
 class FedPer(FedAvg):
     """FedAvg's round over the base only: the server sends the base, clients load it under their own
     head (FedAvg's client side loads what it gets), train, and send the base's update."""

@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import (SPLITS, Algorithm, LocalTrainParams, client_models_state, eval_items,
-                                 load_client_models, make_client_state, mean_loss, round_seed, steps_per_round)
-from fgx.algorithms.representation import check_setting, class_prototypes, objective_steps, split_forward
+from fgx.algorithms.base import Algorithm, client_models_state, load_client_models, mean_loss
+from fgx.algorithms.representation import RepresentationObjective, check_setting, class_prototypes, split_forward
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import LocalTrainParams, make_client_state
 from fgx.registry import ALGORITHMS
 from fgx.tasks import targets
 
@@ -47,18 +47,9 @@ class FedProtoParams(LocalTrainParams):
                     "models[id % len]); the representation width (model.hidden) is shared; null: one model"))
 
 
-def prototype_term(state, rep, logits, batch, y):
-    """λ · MSE between each item's representation and its class's global prototype (items of classes
-    without one: their own detached representation, i.e. no term, as in FedTGP's code)."""
-    P, present = state.extra["global_protos"]
-    z = rep[batch]
-    have = present[y] > 0
-    target = torch.where(have.unsqueeze(1), P[y], z.detach())
-    return state.extra["lamda"] * nn.functional.mse_loss(z, target)
-
-
 def local_prototypes(state, num_classes: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """The client's per-class mean representation of its training items (eval mode) and which classes it has."""
+    """The client's per-class mean representation of its training items (eval mode) [C, d] and which
+    classes it has [C]."""
     state.model.eval()
     with torch.no_grad():
         rep, _ = split_forward(state.model, state.view)
@@ -66,22 +57,38 @@ def local_prototypes(state, num_classes: int) -> tuple[torch.Tensor, torch.Tenso
     return class_prototypes(rep[mask], y, num_classes)
 
 
-def proto_client_update(state, global_protos, p: FedProtoParams, seed: int, num_classes: int):
-    """Local training (with the prototype term once global prototypes exist), then local prototypes."""
-    state.extra["global_protos"], state.extra["lamda"] = global_protos, p.lamda
-    g = torch.Generator().manual_seed(seed + state.cid)
-    term = prototype_term if global_protos is not None else None
-    ce, reg = objective_steps(state, steps_per_round(state, p), p.batch_size, g, term)
-    del state.extra["global_protos"]
-    protos, present = local_prototypes(state, num_classes)
-    return {"protos": protos, "present": present}, ce, reg
+@dataclass
+class PrototypeTerm(RepresentationObjective):
+    """λ · MSE between each item's representation and its class's global prototype (items of classes
+    without one: their own detached representation, i.e. no term, as in FedTGP's code; no term at all
+    before the first global prototypes). ``finish``: the client's local prototypes, which go up."""
+    global_protos: tuple[torch.Tensor, torch.Tensor] | None     # ([C, d] prototypes, [C] presence)
+    lamda: float
+    num_classes: int
+
+    def term(self, state, step):
+        if self.global_protos is None:
+            return None
+        P, present = self.global_protos
+        z = step.rep[step.items]
+        have = present[step.y] > 0
+        target = torch.where(have.unsqueeze(1), P[step.y], z.detach())
+        return self.lamda * nn.functional.mse_loss(z, target)
+
+    def finish(self, state, delta):
+        protos, present = local_prototypes(state, self.num_classes)
+        return {"protos": protos, "present": present}
 
 
 @ALGORITHMS.register("fedproto", params=FedProtoParams, tasks=("node", "graph"))
 class FedProto(Algorithm):
+    """The base round's phases: every client trains its own model (nothing sent down but the global
+    prototypes, ``client_objective``), uploads its local prototypes (``aggregate``) and the server
+    averages them per class (``server_update``)."""
     messages = {"prototypes": Message("up", release=True),        # per-class mean embeddings + presence mask
                 "global_prototypes": Message("down")}
     has_local_models = True
+    objective = PrototypeTerm
 
     @classmethod
     def check_config(cls, params, validated) -> None:
@@ -103,48 +110,46 @@ class FedProto(Algorithm):
         p = dataclasses.replace(self.ctx.model_params, layers=layers[cid % len(layers)])
         return self.ctx.model_builder(p, self.ctx.in_dim, self.ctx.out_dim, self.ctx.info).to(self.ctx.device)
 
-    def aggregate(self, uploads: list[dict], r: int) -> tuple[tuple[torch.Tensor, torch.Tensor], dict]:
+    def client_objective(self, chosen, weights, r):
+        gp = None if self.global_protos is None else \
+            self.ctx.channel.broadcast("global_prototypes", self.global_protos, [s.cid for s in chosen], r)
+        return PrototypeTerm(gp, self.params.lamda, self.ctx.out_dim)
+
+    def aggregate(self, chosen, updates, r):
+        """The clients' prototypes up the channel; the loss is the cross-entropy, and the diagnostic the
+        prototype term against it (mean over clients; 0 with λ = 0: local training)."""
+        uploads = [self.ctx.channel.send("prototypes", u.sent, src=s.cid, dst="server", round=r)
+                   for s, u in zip(chosen, updates)]
+        loss = mean_loss(u.loss.ce for u in updates)
+        stats = {"loss": loss}
+        if self.global_protos is not None and loss == loss:
+            stats["regulariser_share"] = mean_loss(u.loss.term for u in updates) / max(abs(loss), 1e-30)
+        return uploads, stats
+
+    def server_update(self, uploads: list[dict], r: int) -> dict[str, float]:
         """FedProto's server: each class's global prototype is the mean of the clients' prototypes of it."""
         protos = torch.stack([u["protos"] for u in uploads])        # [M, C, d]
         present = torch.stack([u["present"] for u in uploads])      # [M, C]
         count = present.sum(0)
         P = (protos * present.unsqueeze(2)).sum(0) / count.clamp(min=1).unsqueeze(1)
-        return (P, (count > 0).to(P.dtype)), {}
-
-    def round(self, r: int) -> dict[str, float]:
-        ch, C = self.ctx.channel, self.ctx.out_dim
-        dsts = [s.cid for s in self.states]
-        gp = ch.broadcast("global_prototypes", self.global_protos, dsts, r) if self.global_protos is not None else None
-        results = self.ctx.executor.map(proto_client_update, self.states, gp, self.params,
-                                        round_seed(self.ctx.seed, r), C)
-        uploads = [ch.send("prototypes", u, src=s.cid, dst="server", round=r) for s, (u, _, _) in zip(self.states, results)]
-        self.global_protos, stats = self.aggregate(uploads, r)
-        loss = mean_loss(ce for _, ce, _ in results)
-        stats["loss"] = loss
-        if gp is not None and loss == loss:
-            # the prototype term against the cross-entropy, mean over clients (0 with λ = 0: local training)
-            stats["regulariser_share"] = mean_loss(reg for _, _, reg in results) / max(abs(loss), 1e-30)
-        return stats
+        self.global_protos = (P, (count > 0).to(P.dtype))
+        return {}
 
     def model_for(self, client):
         return self.states[client.cid].model
 
     local_model_for = model_for
 
-    def predict(self, client, local: bool = False, splits=SPLITS, subset: int | None = None,
-                batch_size: int | None = None) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    def score(self, client, model):
+        """The authors' evaluation: minus the squared distance of each item's representation to every
+        global prototype (classes without one never win); the classifier's logits with
+        ``inference: classifier`` or before the first prototypes."""
         if self.params.inference == "classifier" or self.global_protos is None:
-            return super().predict(client, local, splits, subset, batch_size)
-        model, view = self.model_for(client), self.view_for(client)
-        model.eval()
-        with torch.no_grad():
-            rep, _ = split_forward(model, view)
-            P, present = self.global_protos
-            # scores: minus the squared distance to each global prototype; classes without one never win
-            scores = -torch.cdist(rep, P).pow(2)
-            scores = scores.masked_fill(present.unsqueeze(0) == 0, torch.finfo(scores.dtype).min)
-        items = eval_items(view, self.ctx.info.task, splits, subset, self.ctx.seed, client.cid)
-        return {split: (scores[ids].cpu(), y.cpu()) for split, (ids, y) in items.items()}
+            return super().score(client, model)
+        rep, _ = split_forward(model, self.view_for(client))
+        P, present = self.global_protos
+        scores = -torch.cdist(rep, P).pow(2)
+        return scores.masked_fill(present.unsqueeze(0) == 0, torch.finfo(scores.dtype).min)
 
     def state_dict(self) -> dict:
         return {**client_models_state(self.states), "global_protos": self.global_protos}

@@ -13,17 +13,18 @@ On a ranking dataset ``FedPub(ctx)`` builds the LGCN version instead (``fedpub_r
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
 
-from fgx.algorithms.base import (Algorithm, LocalTrainParams, check_client_size, copy_model, flat_params,
-                                 make_client_state, mean_loss, num_train_items, personalised_average, round_seed,
-                                 similarity_weights, steps_per_round, weight_spread)
+from fgx.algorithms.base import (Algorithm, check_client_size, copy_model, flat_params, mean_loss,
+                                  personalised_average, similarity_weights, weight_spread)
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import (ClientState, LocalTrainParams, SeededDropout, make_client_state, num_train_items,
+                                   round_seed)
 from fgx.registry import ALGORITHMS
-from fgx.tasks import targets
 
 
 @dataclass
@@ -56,41 +57,60 @@ def proxy_graph(num_features: int, blocks: int, size: int, seed: int):
     return Data(x=x, edge_index=torch.cat([e, e.flip(0)], 1), num_nodes=size * blocks)
 
 
+@dataclass
+class FedPubClient(ClientState):
+    masks: dict | None = None        # name -> learnable mask of each weight matrix (never sent)
+    incoming: dict | None = None     # the personalised weights the server sent this round
+    eval_model: nn.Module | None = None   # scratch copy holding the masked weights when scored
+
+
 def masked(state) -> dict[str, torch.Tensor]:
-    masks = state.extra["masks"]
+    masks = state.masks
     return {k: v * masks[k] if k in masks else v for k, v in state.model.named_parameters()}
 
 
-def fedpub_client_update(state, proxy, p: FedPubParams, round_seed: int):
-    """From the personalised weights the server sent (``state.extra["incoming"]``): full-batch local
-    training with masks, L1 and the proximal term; returns (weights, functional embedding, loss)."""
-    from torch.func import functional_call
+@dataclass
+class MaskedProximal(SeededDropout):
+    """FED-PUB's client, from the personalised weights the server sent (``state.incoming``): full-batch
+    steps of the masked model (``forward``) with L1 on the masks and the proximal term to the received
+    weights (``term``); dropout seeded by round and client. ``finish``: the weights and the functional
+    embedding (the mean output on the proxy graph), which go up."""
+    p: FedPubParams = None
+    proxy: Any = None                        # the server's proxy graph (PyG Data)
+    anchor: dict | None = None               # the received weights, name -> tensor
+    unbatched = "its forward runs each client's masked weights through its own masks"
 
-    state.model.load_state_dict(state.extra.pop("incoming"))
-    anchor = {k: v.detach().clone() for k, v in state.model.named_parameters()}
-    masks = state.extra["masks"]
-    opt = state.extra["opt"]
-    mask, y = targets(state.view, state.task, "train")
-    torch.manual_seed(round_seed + state.cid)      # dropout
-    state.model.train()
-    total, steps = 0.0, steps_per_round(state, p)
-    for _ in range(steps):
-        opt.zero_grad()
-        out = functional_call(state.model, masked(state), (state.view,))
-        loss = nn.functional.cross_entropy(out[mask], y, weight=state.loss_weight)
-        reg = sum(m.abs().sum() for m in masks.values()) * p.l1
-        reg = reg + sum(((w - anchor[k]) ** 2).sum() for k, w in state.model.named_parameters()) * p.loc_l2
-        (loss + reg).backward()
-        opt.step()
-        total += float(loss.detach())
-    state.model.eval()
-    with torch.no_grad():
-        emb = functional_call(state.model, masked(state), (proxy.to(state.view.x.device),)).mean(0)
-    return flat_params(state.model), emb.cpu(), total / steps
+    def start(self, state, weights):
+        incoming, state.incoming = state.incoming, None
+        state.model.load_state_dict(incoming)
+        anchor = {k: v.detach().clone() for k, v in state.model.named_parameters()}
+        super().start(state, weights)           # dropout: seeded by round and client
+        return MaskedProximal(self.round_seed, self.p, self.proxy, anchor)
+
+    def forward(self, state):
+        from torch.func import functional_call
+
+        return None, functional_call(state.model, masked(state), (state.view,))
+
+    def term(self, state, step):
+        reg = sum(m.abs().sum() for m in state.masks.values()) * self.p.l1
+        return reg + sum(((w - self.anchor[k]) ** 2).sum() for k, w in state.model.named_parameters()) * self.p.loc_l2
+
+    def finish(self, state, delta):
+        from torch.func import functional_call
+
+        state.model.eval()
+        with torch.no_grad():
+            emb = functional_call(state.model, masked(state), (self.proxy.to(state.view.x.device),)).mean(0)
+        return flat_params(state.model), emb.cpu()
 
 
 @ALGORITHMS.register("fedpub", params=FedPubParams, tasks=("node", "ranking"))
 class FedPub(Algorithm):
+    """The base round's phases: personalised weights down (``client_objective``), masked local training
+    (``MaskedProximal``), weights and functional embeddings up (``aggregate``), the personalised averages
+    (``server_update``)."""
+    objective = MaskedProximal
     messages = {"proxy_graph": Message("down"), "personalised_weights": Message("down"),
                 "weights": Message("up", release=True), "functional_embedding": Message("up")}
 
@@ -116,12 +136,13 @@ class FedPub(Algorithm):
                           "FED-PUB trains full batch on each client subgraph and does not scale to this data")
         self.views = self.make_views(include_cross=False)
         init = self.ctx.build_model()
-        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(init)) for c in self.ctx.clients]
+        self.states = [make_client_state(self.ctx, c, self.views[c.cid], copy_model(init), FedPubClient)
+                       for c in self.ctx.clients]
         for s in self.states:
-            s.extra["masks"] = {k: nn.Parameter(torch.ones_like(v)) for k, v in s.model.named_parameters()
-                                if v.dim() >= 2}
-            s.extra["opt"] = torch.optim.Adam(list(s.model.parameters()) + list(s.extra["masks"].values()),
-                                              lr=p.lr, weight_decay=p.weight_decay)
+            s.masks = {k: nn.Parameter(torch.ones_like(v)) for k, v in s.model.named_parameters() if v.dim() >= 2}
+            # one Adam over the model and its masks: the local steps' optimiser
+            s.optimizer = torch.optim.Adam(list(s.model.parameters()) + list(s.masks.values()),
+                                           lr=p.lr, weight_decay=p.weight_decay)
         self.personal = [flat_params(init) for _ in self.states]
         proxy = proxy_graph(self.ctx.in_dim, p.proxy_blocks, p.proxy_block_size, self.ctx.seed)
         got = self.ctx.channel.broadcast("proxy_graph", {"x": proxy.x, "edge_index": proxy.edge_index},
@@ -129,24 +150,35 @@ class FedPub(Algorithm):
         proxy.x, proxy.edge_index = got["x"], got["edge_index"]
         self.proxy = proxy
 
-    def round(self, r: int) -> dict[str, float]:
-        p, ch = self.params, self.ctx.channel
+    def client_objective(self, chosen, weights, r):
+        """Each client's personalised weights down to it (they start its local steps)."""
         for s, w in zip(self.states, self.personal):
-            s.extra["incoming"] = ch.send("personalised_weights", w, src="server", dst=s.cid, round=r)
-        results = self.ctx.executor.map(fedpub_client_update, self.states, self.proxy, p, round_seed(self.ctx.seed, r))
-        thetas = [ch.send("weights", w, src=s.cid, dst="server", round=r) for s, (w, _, _) in zip(self.states, results)]
-        embs = torch.stack([ch.send("functional_embedding", e, src=s.cid, dst="server", round=r)
-                            for s, (_, e, _) in zip(self.states, results)])
-        sizes = torch.tensor([num_train_items(s) for s in self.states])
-        W = similarity_weights(embs, sizes, p.norm_scale)
+            s.incoming = self.ctx.channel.send("personalised_weights", w, src="server", dst=s.cid, round=r)
+        return MaskedProximal(round_seed(self.ctx.seed, r), self.params, self.proxy)
+
+    def aggregate(self, chosen, updates, r):
+        """The clients' weights and functional embeddings up; W from the embeddings' similarities."""
+        ch = self.ctx.channel
+        thetas = [ch.send("weights", u.sent[0], src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
+        embs = torch.stack([ch.send("functional_embedding", u.sent[1], src=s.cid, dst="server", round=r)
+                            for s, u in zip(chosen, updates)])
+        sizes = torch.tensor([num_train_items(s) for s in chosen])
+        W = similarity_weights(embs, sizes, self.params.norm_scale)
+        return (thetas, W), {"loss": mean_loss(u.loss.ce for u in updates), **weight_spread(W)}
+
+    def server_update(self, combined, r):
+        """Client i's next personalised model: Σ_j W_ij θ_j."""
+        thetas, W = combined
         self.personal = [personalised_average(thetas, W[i], i) for i in range(len(thetas))]
         self.ctx.record("fedpub_weights", {"W": W.tolist()})
-        return {"loss": mean_loss(l for _, _, l in results), **weight_spread(W)}
+        return {}
 
     def model_for(self, client):
         """The client's masked model (as it trained; the next personalised weights come next round)."""
         s = self.states[client.cid]
-        m = s.extra.setdefault("eval_model", copy_model(s.model))
+        if s.eval_model is None:
+            s.eval_model = copy_model(s.model)
+        m = s.eval_model
         with torch.no_grad():
             m.load_state_dict({**s.model.state_dict(), **{k: v.detach() for k, v in masked(s).items()}})
         return m
@@ -156,8 +188,8 @@ class FedPub(Algorithm):
 
     def state_dict(self) -> dict:
         return {"personal": self.personal, "models": [s.model.state_dict() for s in self.states],
-                "masks": [{k: v.detach() for k, v in s.extra["masks"].items()} for s in self.states],
-                "optimizers": [s.extra["opt"].state_dict() for s in self.states]}   # each client's Adam persists
+                "masks": [{k: v.detach() for k, v in s.masks.items()} for s in self.states],
+                "optimizers": [s.optimizer.state_dict() for s in self.states]}   # each client's Adam persists
 
     def load_state_dict(self, state: dict) -> None:
         self.personal = state["personal"]
@@ -165,5 +197,5 @@ class FedPub(Algorithm):
             s.model.load_state_dict(m)
             with torch.no_grad():
                 for k, v in mk.items():
-                    s.extra["masks"][k].copy_(v)
-            s.extra["opt"].load_state_dict(o)
+                    s.masks[k].copy_(v)
+            s.optimizer.load_state_dict(o)

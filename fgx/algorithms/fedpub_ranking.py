@@ -27,10 +27,11 @@ import torch
 from torch import nn
 from torch.func import functional_call
 
-from fgx.algorithms.base import Algorithm, require_model, round_seed, similarity_weights, weight_spread
+from fgx.algorithms.base import Algorithm, require_model, similarity_weights, weight_spread
+from fgx.federation.client import round_seed
+from fgx.recsys import losses
 from fgx.recsys.graph_clients import (GraphClient, build_graph_clients, make_optimizer, ranking_split_metrics,
                                       require_graph_model)
-from fgx.recsys import losses
 from fgx.recsys.spectral import anchor_graph, bipartite_laplacian, lowest_eigenpairs
 from fgx.recsys.training import sample_negatives
 
@@ -56,8 +57,20 @@ def proxy_eigvecs(proxy: dict, phi: int) -> torch.Tensor:
     return torch.from_numpy(np.ascontiguousarray(v)).float()
 
 
-def masked(state: GraphClient) -> dict[str, torch.Tensor]:
-    masks = state.extra["masks"]
+class PubRankingClient(GraphClient):
+    """A FED-PUB ranking client: beside GraphClient's, its masks, the personalised weights it received
+    and the public proxy graph's embeddings and eigenvectors."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.masks: dict = {}                         # name -> learnable mask of a shared weight matrix (never sent)
+        self.incoming: dict | None = None             # the personalised weights the server sent this round
+        self.proxy_emb: torch.Tensor | None = None
+        self.proxy_ev: torch.Tensor | None = None
+
+
+def masked(state: PubRankingClient) -> dict[str, torch.Tensor]:
+    masks = state.masks
     return {k: v * masks[k] if k in masks else v for k, v in state.model.named_parameters()}
 
 
@@ -66,13 +79,14 @@ def shared_params(model) -> dict[str, torch.Tensor]:
     return {k: sd[k].detach().clone() for k in model.shared_keys()}
 
 
-def fedpub_ranking_update(state: GraphClient, p, r_seed: int):
+def fedpub_ranking_update(state: PubRankingClient, p, r_seed: int):
     """Local training from the received shared weights; returns (shared weights, functional embedding, loss)."""
     model = state.model
-    model.load_state_dict(state.extra.pop("incoming"), strict=False)
+    incoming, state.incoming = state.incoming, None
+    model.load_state_dict(incoming, strict=False)
     shared = set(model.shared_keys())
     anchor = {k: v.detach().clone() for k, v in model.named_parameters() if k in shared}
-    masks, opt = state.extra["masks"], state.optimizer
+    masks, opt = state.masks, state.optimizer
     tr = state.inter.train
     g = torch.Generator().manual_seed(r_seed + state.cid)
     model.train()
@@ -96,7 +110,7 @@ def fedpub_ranking_update(state: GraphClient, p, r_seed: int):
             steps += 1
     model.eval()
     with torch.no_grad():
-        out = functional_call(model, masked(state), (), {"proxy": (state.extra["proxy_emb"], state.extra["proxy_ev"])})
+        out = functional_call(model, masked(state), (), {"proxy": (state.proxy_emb, state.proxy_ev)})
     return shared_params(model), out.mean(0), total / max(steps, 1)
 
 
@@ -106,12 +120,12 @@ class FedPubRanking(Algorithm):
 
     def setup(self) -> None:
         ctx, p = self.ctx, self.params
-        self.clients = build_graph_clients(ctx, p.lr, p.weight_decay, p.optimizer)
+        self.clients = build_graph_clients(ctx, p.lr, p.weight_decay, p.optimizer, client_cls=PubRankingClient)
         for cl in self.clients:
-            cl.extra["masks"] = {k: nn.Parameter(torch.ones_like(v)) for k, v in cl.model.named_parameters()
-                                 if k in set(cl.model.shared_keys()) and v.dim() >= 2}
+            cl.masks = {k: nn.Parameter(torch.ones_like(v)) for k, v in cl.model.named_parameters()
+                        if k in set(cl.model.shared_keys()) and v.dim() >= 2}
             # one optimiser over the model and its masks (replaces the one build_graph_clients made)
-            cl.optimizer = make_optimizer(p.optimizer, list(cl.model.parameters()) + list(cl.extra["masks"].values()),
+            cl.optimizer = make_optimizer(p.optimizer, list(cl.model.parameters()) + list(cl.masks.values()),
                                           p.lr, p.weight_decay)
         init = shared_params(self.clients[0].model)
         self.personal = [{k: v.clone() for k, v in init.items()} for _ in self.clients]
@@ -120,12 +134,12 @@ class FedPubRanking(Algorithm):
         got = ctx.channel.broadcast("proxy_graph", proxy, [c.cid for c in self.clients], 0)
         ev = proxy_eigvecs(got, mp.frequency)     # every client computes the same public decomposition
         for cl in self.clients:
-            cl.extra["proxy_emb"], cl.extra["proxy_ev"] = got["emb"], ev
+            cl.proxy_emb, cl.proxy_ev = got["emb"], ev
 
     def round(self, r: int) -> dict[str, float]:
         p, ch = self.params, self.ctx.channel
         for cl, w in zip(self.clients, self.personal):
-            cl.extra["incoming"] = ch.send("personalised_weights", w, src="server", dst=cl.cid, round=r)
+            cl.incoming = ch.send("personalised_weights", w, src="server", dst=cl.cid, round=r)
         results = self.ctx.executor.map(fedpub_ranking_update, self.clients, p, round_seed(self.ctx.seed, r))
         thetas = [ch.send("weights", w, src=cl.cid, dst="server", round=r) for cl, (w, _, _) in zip(self.clients, results)]
         embs = torch.stack([ch.send("functional_embedding", e, src=cl.cid, dst="server", round=r)
@@ -147,7 +161,7 @@ class FedPubRanking(Algorithm):
     def state_dict(self) -> dict:
         return {"personal": self.personal, "models": [c.model.state_dict() for c in self.clients],
                 "optimizers": [c.optimizer.state_dict() for c in self.clients],
-                "masks": [{k: v.detach() for k, v in c.extra["masks"].items()} for c in self.clients]}
+                "masks": [{k: v.detach() for k, v in c.masks.items()} for c in self.clients]}
 
     def load_state_dict(self, state: dict) -> None:
         self.personal = state["personal"]
@@ -156,4 +170,4 @@ class FedPubRanking(Algorithm):
             c.optimizer.load_state_dict(o)
             with torch.no_grad():
                 for k, v in mk.items():
-                    c.extra["masks"][k].copy_(v)
+                    c.masks[k].copy_(v)

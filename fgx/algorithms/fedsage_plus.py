@@ -44,10 +44,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import ClientState, check_client_size
+from fgx.algorithms.base import check_client_size
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState
 from fgx.federation.executor import InProcessExecutor
 from fgx.models.base import dropout
 from fgx.models.sage import sage_layer
@@ -212,6 +213,13 @@ def choose_hidden(view, ratio: float, seed: int) -> torch.Tensor:
     return candidates[torch.randperm(candidates.numel(), generator=g)[:k]].sort().values.to(view.x.device)
 
 
+@dataclass
+class NeighGenClient(ClientState):
+    """A client while NeighGen trains: its model is NeighGen, beside it the classifier it trains with."""
+    classifier: nn.Module | None = None
+    incoming: dict | None = None       # the other clients' summed fGen gradients of the cross term, this epoch
+
+
 def local_losses(state, p: FedSagePlusParams, seed: int) -> dict[str, torch.Tensor] | None:
     """NeighGen's own losses on the client's kept training nodes (None when it has none)."""
     from torch_geometric.data import Data
@@ -229,7 +237,7 @@ def local_losses(state, p: FedSagePlusParams, seed: int) -> dict[str, torch.Tens
            "feat": greedy_feature_loss(feats_t, k_t, g.x_missing[t], g.num_missing[t], p.num_pred)}
     if p.cls_weight > 0:
         x, ei = mend(g.x, g.edge_index, torch.arange(g.num_nodes, device=g.x.device), k, feats)
-        logits = state.extra["classifier"](Data(x=x, edge_index=ei))[t]
+        logits = state.classifier(Data(x=x, edge_index=ei))[t]
         out["cls"] = nn.functional.cross_entropy(logits, g.y[t])
     else:
         out["cls"] = torch.zeros((), device=g.x.device)
@@ -240,7 +248,7 @@ def local_losses(state, p: FedSagePlusParams, seed: int) -> dict[str, torch.Tens
 def local_gen_step(state, p: FedSagePlusParams, seed: int) -> dict[str, float]:
     """One full-batch step of the whole NeighGen and the auxiliary classifier (local phase)."""
     state.model.train()
-    state.extra["classifier"].train()
+    state.classifier.train()
     state.optimizer.zero_grad()
     losses = local_losses(state, p, seed + state.cid)
     if losses is None:
@@ -284,11 +292,11 @@ def zero_gradient(param: torch.Tensor) -> torch.Tensor:
 
 def fed_gen_step(state, p: FedSagePlusParams, seed: int, num_clients: int) -> dict[str, float]:
     """One fGen step of the federated phase: own losses / M plus the summed gradients of the other clients'
-    cross terms (``state.extra["incoming"]``, absent when nothing was exchanged)."""
+    cross terms (``state.incoming``, None when nothing was exchanged)."""
     state.model.train()
-    state.extra["classifier"].train()
+    state.classifier.train()
     state.optimizer.zero_grad()
-    incoming = state.extra.pop("incoming", None)
+    incoming, state.incoming = state.incoming, None
     losses = local_losses(state, p, seed + state.cid)
     if losses is not None:
         (losses["total"] / num_clients).backward()
@@ -336,6 +344,7 @@ def mended_view(state, full_view, p: FedSagePlusParams, seed: int):
 @ALGORITHMS.register("fedsage_plus", params=FedSagePlusParams, tasks=("node",))
 class FedSagePlus(FedAvg):
     requires_model = ("sage", "FedSage+ trains GraphSAGE classifiers on the mended subgraphs")
+    objective = None               # NeighGen's phase is client work of its own
     messages = {**FedAvg.messages,
                 "neighgen_weights": Message("up"),      # client i's NeighGen parameters, to be relayed
                 "peer_neighgen": Message("down"),       # ... to every other client j
@@ -380,15 +389,15 @@ class FedSagePlus(FedAvg):
             torch.manual_seed(ctx.seed * 7919 + peer.cid)
             gen = NeighGen(ctx.in_dim, p).to(ctx.device)
             opt = adam(list(gen.parameters()) + list(classifier.parameters()), p, ctx.device)
-            s = ClientState(peer.cid, peer.view, gen, opt, "node", extra={"classifier": classifier})
+            s = NeighGenClient(peer.cid, peer.view, gen, opt, "node", classifier=classifier)
             for e in range(p.local_gen_epochs):
                 local_rows[e].append(ctx.executor.map(local_gen_step, [s], p, self._seed(1, e))[0])
             # federated phase: only fGen learns (the authors freeze the rest)
             s.model.requires_grad_(False)
-            s.extra["classifier"].requires_grad_(False)
+            s.classifier.requires_grad_(False)
             s.model.fgen.requires_grad_(True)
             s.model.zero_grad(set_to_none=True)
-            s.extra["classifier"].zero_grad(set_to_none=True)
+            s.classifier.zero_grad(set_to_none=True)
             s.optimizer = adam(s.model.fgen.parameters(), p, ctx.device)
             for e in range(p.fed_gen_epochs):
                 if p.cross_weight > 0 and m > 1:
@@ -429,7 +438,7 @@ class FedSagePlus(FedAvg):
             del grads
         if total is None:
             total = {k: v.clone() for k, v in first.items()}
-        s.extra["incoming"] = ch.send("fgen_gradient_sum", total, src="server", dst=s.cid, round=0)
+        s.incoming = ch.send("fgen_gradient_sum", total, src="server", dst=s.cid, round=0)
 
     def _seed(self, phase: int, epoch: int) -> int:
         return self.ctx.seed * 1_000_003 + phase * 100_003 + epoch * 1009

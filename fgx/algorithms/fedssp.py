@@ -33,12 +33,13 @@ import numpy as np
 import torch
 from torch import nn
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import round_seed
 from fgx.models.lgcn import LGCN, client_degrees
-from fgx.recsys.graph_clients import (GraphTrainParams, bpr_graph_epochs, build_graph_clients, graph_client_metrics,
-                                      require_graph_model)
+from fgx.recsys.graph_clients import (GraphClient, GraphTrainParams, bpr_graph_epochs, build_graph_clients,
+                                      graph_client_metrics, require_graph_model)
 from fgx.registry import ALGORITHMS
 
 
@@ -100,20 +101,29 @@ def build_spectral(hidden: int):
     return build
 
 
-def fedssp_train(state, p: FedSSPParams, seed: int) -> float:
-    glob = state.extra.get("consensus")
+class SSPClient(GraphClient):
+    """A FedSSP client: beside GraphClient's, its running mean representation and the consensus it received."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.running: torch.Tensor | None = None     # [D] running mean of its pooled representations
+        self.consensus: torch.Tensor | None = None   # [D] the last global consensus (None: round 1)
+
+
+def fedssp_train(state: SSPClient, p: FedSSPParams, seed: int) -> float:
+    glob = state.consensus
 
     def consensus_term(st, uh, vh):
         m = st.model.rep_mean                      # set by the embed() of this step
-        prev = st.extra.get("running")
+        prev = st.running
         run = m if prev is None else (1 - p.momentum) * prev + p.momentum * m
-        st.extra["running"] = run.detach()         # carried to the next step without its graph
+        st.running = run.detach()                  # carried to the next step without its graph
         if glob is None:                           # round 1: no consensus yet
             return m.new_zeros(())
         return p.tau_weight * (0.5 * (run - glob) ** 2).mean()
 
     return bpr_graph_epochs(state, p.local_epochs, p.batch_size, p.num_negatives, p.bpr_tau, seed,
-                            extra_loss=consensus_term)
+                            regulariser=consensus_term)
 
 
 def shared_encoder(model: SpectralLGCN) -> dict[str, torch.Tensor]:
@@ -138,7 +148,8 @@ class FedSSP(Algorithm):
 
     def setup(self) -> None:
         p = self.params
-        self.clients = build_graph_clients(self.ctx, p.lr, p.weight_decay, p.optimizer, build=build_spectral(p.hidden))
+        self.clients = build_graph_clients(self.ctx, p.lr, p.weight_decay, p.optimizer, build=build_spectral(p.hidden),
+                                           client_cls=SSPClient)
         init = shared_encoder(self.clients[0].model)
         for cl in self.clients[1:]:
             cl.model.load_state_dict(init, strict=False)
@@ -149,7 +160,7 @@ class FedSSP(Algorithm):
         encs, means = [], []
         for cl in self.clients:
             encs.append(ch.send("spectral_encoder", shared_encoder(cl.model), src=cl.cid, dst="server", round=r))
-            means.append(ch.send("mean_representation", cl.extra["running"].clone(), src=cl.cid, dst="server", round=r))
+            means.append(ch.send("mean_representation", cl.running.clone(), src=cl.cid, dst="server", round=r))
         avg = {k: torch.stack([e[k] for e in encs]).mean(0) for k in encs[0]}
         consensus = torch.stack(means).mean(0)
         ids = [cl.cid for cl in self.clients]
@@ -157,7 +168,7 @@ class FedSSP(Algorithm):
         consensus = ch.broadcast("global_consensus", consensus, ids, r)
         for cl in self.clients:
             cl.model.load_state_dict(avg, strict=False)
-            cl.extra["consensus"] = consensus.clone()
+            cl.consensus = consensus.clone()
         self.ctx.record("fedssp_consensus", {"gap": [float((m - consensus).norm()) for m in means]})
         return {"loss": float(np.mean(losses))}
 
@@ -167,10 +178,11 @@ class FedSSP(Algorithm):
     def state_dict(self) -> dict:
         return {"models": [c.model.state_dict() for c in self.clients],
                 "optimizers": [c.optimizer.state_dict() for c in self.clients],
-                "extra": [{k: c.extra.get(k) for k in ("running", "consensus")} for c in self.clients]}
+                "consensus": [{"running": c.running, "consensus": c.consensus} for c in self.clients]}
 
     def load_state_dict(self, state: dict) -> None:
-        for c, m, o, e in zip(self.clients, state["models"], state["optimizers"], state["extra"]):
+        for c, m, o, e in zip(self.clients, state["models"], state["optimizers"], state["consensus"]):
             c.model.load_state_dict(m)
             c.optimizer.load_state_dict(o)
-            c.extra.update({k: v for k, v in e.items() if v is not None})
+            c.running = e["running"] if e["running"] is not None else c.running
+            c.consensus = e["consensus"] if e["consensus"] is not None else c.consensus

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.fedavg import FedAvg, FedAvgParams, client_update
-from fgx.algorithms.base import round_seed
+from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientState, Objective
 from fgx.registry import ALGORITHMS
 
 
@@ -33,24 +33,34 @@ class FedSSPGraphParams(FedAvgParams):
     momentum: float = field(default=0.5, metadata=spec(min=0.0, max=1.0, help="running-mean momentum (code: 0.5)"))
 
 
-def preference_term(state):
+@dataclass
+class FedSSPGraphClient(ClientState):
+    current_mean: torch.Tensor | None = None     # [h] running mean of the client's training representations
+
+
+@dataclass
+class Preference(Objective):
     """tau · mean(½ (m − m̄)²), m the running mean of the client's training representations (updated
-    here at every step), m̄ the global consensus; zero before the first consensus arrives."""
-    from fgx.tasks import split_mask
+    here at every step), m̄ the global consensus; zero before the first consensus arrives. ``finish``:
+    the running mean, which goes up."""
+    tau: float
+    momentum: float
+    consensus: torch.Tensor | None = None
+    unbatched = "its term reads the spectral model's representations, which the batched forward does not compute"
 
-    rep = state.model.last_rep[split_mask(state.view, "graph", "train")]
-    mom = state.extra["momentum"]
-    mean = (1 - mom) * state.extra["current_mean"] + mom * rep.mean(0)
-    state.extra["current_mean"] = mean.detach()
-    consensus = state.extra.get("global_consensus")
-    if consensus is None:
-        return mean.sum() * 0.0
-    return state.extra["tau"] * torch.mean(0.5 * (mean - consensus) ** 2)
+    def term(self, state, step):
+        from fgx.tasks import split_mask
 
+        rep = state.model.last_rep[split_mask(state.view, "graph", "train")]
+        mom = self.momentum
+        mean = (1 - mom) * state.current_mean + mom * rep.mean(0)
+        state.current_mean = mean.detach()
+        if self.consensus is None:
+            return mean.sum() * 0.0
+        return self.tau * torch.mean(0.5 * (mean - self.consensus) ** 2)
 
-def ssp_client_update(state, weights: dict, p: FedSSPGraphParams, seed: int):
-    state.extra.update(extra_loss=preference_term, tau=p.tau_weight, momentum=p.momentum)
-    return client_update(state, weights, p, seed)
+    def finish(self, state, delta):
+        return state.current_mean
 
 
 @ALGORITHMS.register("fedssp_graph", params=FedSSPGraphParams, tasks=("graph",))
@@ -58,7 +68,8 @@ class FedSSPGraph(FedAvg):
     requires_model = ("ssp", "FedSSP's spectral model")
     messages = {"global_weights": Message("down"), "update": Message("up", release=True),
                 "consensus": Message("up", release=True), "global_consensus": Message("down")}
-    client_fn = staticmethod(ssp_client_update)
+    client_state = FedSSPGraphClient
+    objective = Preference
 
     def setup(self) -> None:
         from fgx.models.ssp import spectral_cache
@@ -72,31 +83,29 @@ class FedSSPGraph(FedAvg):
         self.shared = [k for k in self.global_model.state_dict() if k in names and k.startswith(prefixes)]
         h = self.global_model.fc.out_features
         for s in self.states:
-            s.extra["current_mean"] = torch.zeros(h, device=self.ctx.device)
+            s.current_mean = torch.zeros(h, device=self.ctx.device)
         self.consensus = None
 
     def shared_weights(self) -> dict[str, torch.Tensor]:
         sd = self.global_model.state_dict()
         return {k: sd[k].detach().clone() for k in self.shared}
 
-    def round(self, r: int) -> dict[str, float]:
+    def client_objective(self, chosen, weights, r):
+        gc = None if self.consensus is None else \
+            self.ctx.channel.broadcast("global_consensus", self.consensus, [s.cid for s in chosen], r)
+        return Preference(self.params.tau_weight, self.params.momentum, gc)
+
+    def aggregate(self, chosen, updates, r):
+        """FedAvg's average of the updates; the clients' running means up, their mean the next consensus."""
+        mean, stats = super().aggregate(chosen, updates, r)
         ch = self.ctx.channel
-        chosen = [self.states[i] for i in self.sample_clients(r)]
-        cids = [s.cid for s in chosen]
-        gw = ch.broadcast("global_weights", self.shared_weights(), cids, r)
-        if self.consensus is not None:
-            gc = ch.broadcast("global_consensus", self.consensus, cids, r)
-            for s in chosen:
-                s.extra["global_consensus"] = gc
-        results = self.ctx.executor.map(type(self).client_fn, chosen, gw, self.params, round_seed(self.ctx.seed, r))
-        loss = self.apply_updates(chosen, results, r)
-        means = [ch.send("consensus", s.extra["current_mean"], src=s.cid, dst="server", round=r) for s in chosen]
+        means = [ch.send("consensus", u.sent, src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
         if means:
             self.consensus = ch.aggregate("consensus", torch.stack(means).mean(0), len(means), r)
-            spread = float(torch.stack([(m - self.consensus).norm() for m in means]).mean())
+            stats["consensus_spread"] = float(torch.stack([(m - self.consensus).norm() for m in means]).mean())
         else:
-            spread = float("nan")
-        return {"loss": loss, "consensus_spread": spread}
+            stats["consensus_spread"] = float("nan")
+        return mean, stats
 
     def model_for(self, client):
         own = self.states[client.cid].model
@@ -105,15 +114,12 @@ class FedSSPGraph(FedAvg):
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "consensus": self.consensus,
-                "current_means": [s.extra["current_mean"] for s in self.states],
+                "current_means": [s.current_mean for s in self.states],
                 "client_models": [s.model.state_dict() for s in self.states]}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict({k: v for k, v in state.items() if k != "client_models"})
         for s, m, cm in zip(self.states, state["client_models"], state["current_means"]):
             s.model.load_state_dict(m)
-            s.extra["current_mean"] = cm
+            s.current_mean = cm
         self.consensus = state["consensus"]
-        for s in self.states:
-            if self.consensus is not None:
-                s.extra["global_consensus"] = self.consensus

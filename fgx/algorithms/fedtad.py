@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import apply_delta, copy_model, flat_params, round_seed
+from fgx.algorithms.base import apply_delta, copy_model, flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import round_seed
 from fgx.models.base import NodeGNN
 from fgx.registry import ALGORITHMS
 
@@ -177,9 +178,10 @@ class FedTAD(FedAvg):
         self.opt_d = torch.optim.Adam(self.global_model.parameters(), lr=p.lr_d, weight_decay=p.server_weight_decay)
         self.local_models: list[nn.Module] = []
 
-    def round(self, r: int) -> dict[str, float]:
-        start = flat_params(self.global_model)
-        stats = super().round(r)                      # FedAvg's round
+    def server_update(self, mean, r: int) -> dict[str, float]:
+        """FedAvg's step, then the server's data-free distillation into the global model."""
+        start = flat_params(self.global_model)        # the weights the round started from
+        stats = super().server_update(mean, r)
         chosen, deltas = self.received
         if self.params.glb_epochs > 0 and self.params.it_d > 0 and chosen:
             with torch.random.fork_rng(devices=[]):     # the clients' random stream stays FedAvg's

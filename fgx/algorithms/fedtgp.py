@@ -19,6 +19,7 @@ from torch import nn
 
 from fgx.algorithms.fedproto import FedProto, FedProtoParams
 from fgx.config import spec
+from fgx.models.base import NodeGNN
 from fgx.registry import ALGORITHMS
 
 
@@ -67,13 +68,13 @@ def margin_loss(x: torch.Tensor, y: torch.Tensor, P: torch.Tensor, margin: float
 class FedTGP(FedProto):
     def setup(self) -> None:
         super().setup()
-        dim = self.states[0].model.classifier.in_features if hasattr(self.states[0].model, "classifier") \
-            else self.states[0].model.readout.in_features
+        model = self.states[0].model        # a NodeGNN's classifier or a GraphGNN's readout (check_setting)
+        dim = model.classifier.in_features if isinstance(model, NodeGNN) else model.readout.in_features
         with torch.random.fork_rng():
             torch.manual_seed(self.ctx.seed + 424242)
             self.tgp = TrainablePrototypes(self.ctx.out_dim, dim).to(self.ctx.device)
 
-    def aggregate(self, uploads: list[dict], r: int):
+    def server_update(self, uploads: list[dict], r: int) -> dict[str, float]:
         """Train the global prototypes on this round's uploads with the adaptive margin."""
         p = self.params
         protos = torch.stack([u["protos"] for u in uploads])        # [M, C, d]
@@ -97,8 +98,8 @@ class FedTGP(FedProto):
         with torch.no_grad():
             P = self.tgp(classes).detach()
         # every class has a trained prototype (the authors send all C); diagnostics: the margin used
-        return (P, torch.ones(self.ctx.out_dim, dtype=P.dtype, device=P.device)), \
-            {"prototype_margin": margin, "server_loss": float(loss.detach())}
+        self.global_protos = (P, torch.ones(self.ctx.out_dim, dtype=P.dtype, device=P.device))
+        return {"prototype_margin": margin, "server_loss": float(loss.detach())}
 
     def state_dict(self) -> dict:
         return {**super().state_dict(), "tgp": self.tgp.state_dict()}

@@ -16,10 +16,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from fgx.algorithms.base import add_delta, aggregation_weights, copy_model, mean_loss, round_seed, weighted_average
+from fgx.algorithms.base import add_delta, aggregation_weights, copy_model, mean_loss, weighted_average
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import local_update, round_seed
 from fgx.registry import ALGORITHMS
 
 
@@ -103,6 +104,8 @@ class GCFL(FedAvg):
         return [k for k in keys if k.startswith(prefixes)]
 
     def round(self, r: int) -> dict[str, float]:
+        """Clustered rounds: every cluster runs FedAvg's phases on its own model, then a cluster may split
+        (the paper changes the round: one model per cluster, a split decided on all the clusters' updates)."""
         p, ch = self.params, self.ctx.channel
         seed = round_seed(self.ctx.seed, r)
         keys = self.__dict__.setdefault("_shared", self.shared_keys())
@@ -111,9 +114,9 @@ class GCFL(FedAvg):
             members = [self.states[i] for i in self.clusters[k]]
             sd = self.cluster_models[k].state_dict()
             w = ch.broadcast("cluster_weights", {n: sd[n].detach().clone() for n in keys}, [s.cid for s in members], r)
-            results = self.ctx.executor.map(type(self).client_fn, members, w, p, seed)
-            deltas = [ch.send("update", d, src=s.cid, dst="server", round=r) for s, (d, _) in zip(members, results)]
-            losses += [l for _, l in results]
+            updates = self.ctx.executor.map(local_update, members, w, p, seed, self.client_objective(members, w, r))
+            deltas = [ch.send("update", u.delta, src=s.cid, dst="server", round=r) for s, u in zip(members, updates)]
+            losses += [u.loss.loss for u in updates]
             received.append((members, deltas))
         self.observe(received, r)
         splits, ratios = 0, []

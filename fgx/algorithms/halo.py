@@ -11,8 +11,12 @@ The wrapper's ``state_dict``/``load_state_dict`` are the wrapped model's, so Fed
 checkpoints and optimisers see the plain model."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
+
+from fgx.federation.client import ClientState
 
 
 class HaloEmbeddings(nn.Module):
@@ -107,12 +111,18 @@ def layer_embeddings(model: nn.Module, view, nodes: torch.Tensor) -> list[torch.
     return out
 
 
+@dataclass
+class HaloClient(ClientState):
+    """A client state that ``wrap_edge_clients`` can wrap: the map from global node ids to its view's."""
+    global_to_local: torch.Tensor | None = None     # [num_global] local index of each global node id, -1: none
+
+
 def owned_embeddings(state, requests: dict) -> dict | None:
     """Client side: the requested global node ids (all owned here) with their h^1..h^L."""
     req = requests.get(state.cid)
     if req is None:
         return None
-    local = state.extra["global_to_local"][req.cpu()].to(state.view.x.device)
+    local = state.global_to_local[req.cpu()].to(state.view.x.device)
     return {"ids": req, "h": layer_embeddings(state.model, state.view, local)}
 
 
@@ -125,15 +135,15 @@ def owner_of(clients, num_global: int) -> torch.Tensor:
 
 
 def wrap_edge_clients(algo) -> None:
-    """Give each FedAvg client state a HaloEmbeddings model (same parameters, same optimiser) and the
-    map from global node ids to its view's ids."""
+    """Give each FedAvg client state (HaloClient) a HaloEmbeddings model (same parameters, same optimiser)
+    and the map from global node ids to its view's ids."""
     ctx = algo.ctx
     algo.num_global = 1 + max(int(torch.cat([c.nodes, c.halo]).max()) for c in ctx.clients)
     for c, s in zip(ctx.clients, algo.states):
         s.model = HaloEmbeddings(s.model, c.num_owned)
         g2l = torch.full((algo.num_global,), -1, dtype=torch.long)
         g2l[c.nodes] = torch.arange(c.num_owned)
-        s.extra["global_to_local"] = g2l
+        s.global_to_local = g2l
 
 
 def send_halo_embeddings(algo, dst: list[int], round: int, up_kind: str, down_kind: str) -> dict[int, list]:

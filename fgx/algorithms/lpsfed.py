@@ -19,9 +19,10 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from fgx.algorithms.base import Algorithm, round_seed
+from fgx.algorithms.base import Algorithm
 from fgx.config import spec
 from fgx.federation.channel import Message
+from fgx.federation.client import round_seed
 from fgx.recsys import losses
 from fgx.recsys.graph_clients import (GraphClient, GraphTrainParams, build_graph_clients, client_structure, graph_client_metrics,
                                       pos_neg_cos, require_graph_model)

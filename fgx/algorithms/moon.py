@@ -19,10 +19,11 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from fgx.algorithms.base import flat_params, mean_loss, round_seed, state_delta, steps_per_round
+from fgx.algorithms.base import flat_params, mean_loss
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
-from fgx.algorithms.representation import check_setting, objective_steps, split_forward
+from fgx.algorithms.representation import RepresentationObjective, check_setting, split_forward
 from fgx.config import spec
+from fgx.federation.client import ClientState
 from fgx.registry import ALGORITHMS
 
 
@@ -32,41 +33,50 @@ class MoonParams(FedAvgParams):
     temperature: float = field(default=0.5, metadata=spec(gt=0.0, help="tau of the contrastive logits"))
 
 
+@dataclass
+class MoonClient(ClientState):
+    prev_weights: dict | None = None     # the client's model after its previous local training (None: never trained)
+
+
 def representation_of(state, weights: dict) -> torch.Tensor:
-    """The representation of every item of the client's view under ``weights`` (eval mode, no grad)."""
+    """[n, d] the representation of every item of the client's view under ``weights`` (eval mode, no grad)."""
     state.model.load_state_dict(weights, strict=False)
     state.model.eval()
     with torch.no_grad():
         return split_forward(state.model, state.view)[0].detach()
 
 
-def contrastive_term(state, rep, logits, batch, y):
-    """μ · mean over the batch of ℓ_con (the global representation as the positive pair)."""
-    mu, tau = state.extra["moon_mu"], state.extra["moon_tau"]
-    z = rep[batch]
-    pos = nn.functional.cosine_similarity(z, state.extra["z_glob"][batch], dim=-1)
-    neg = nn.functional.cosine_similarity(z, state.extra["z_prev"][batch], dim=-1)
-    sims = torch.stack([pos, neg], dim=1) / tau
-    return mu * nn.functional.cross_entropy(sims, torch.zeros(z.size(0), dtype=torch.long, device=z.device))
+@dataclass
+class Contrastive(RepresentationObjective):
+    """μ · ℓ_con, mean over the step's items, with the global representation as the positive pair and
+    the previous one as the negative (both fixed for the round: computed once in ``start``)."""
+    mu: float
+    tau: float
+    z_glob: torch.Tensor | None = None       # [n, d]
+    z_prev: torch.Tensor | None = None       # [n, d]
+
+    def start(self, state, weights):
+        if state.prev_weights is None:        # never trained: the initial model
+            state.prev_weights = flat_params(state.model)
+        z_prev = representation_of(state, state.prev_weights)
+        return Contrastive(self.mu, self.tau, representation_of(state, weights), z_prev)
+
+    def term(self, state, step):
+        z = step.rep[step.items]
+        pos = nn.functional.cosine_similarity(z, self.z_glob[step.items], dim=-1)
+        neg = nn.functional.cosine_similarity(z, self.z_prev[step.items], dim=-1)
+        sims = torch.stack([pos, neg], dim=1) / self.tau
+        return self.mu * nn.functional.cross_entropy(sims, torch.zeros(z.size(0), dtype=torch.long, device=z.device))
+
+    def finish(self, state, delta):
+        state.prev_weights = flat_params(state.model)
 
 
-def moon_client_update(state, global_weights: dict, p: MoonParams, seed: int):
-    """Local training with the contrastive term; returns (Δ, cross-entropy, μ·ℓ_con) means."""
-    prev = state.extra.setdefault("prev_weights", flat_params(state.model))   # never trained: the initial model
-    state.extra["z_prev"] = representation_of(state, prev)
-    state.extra["z_glob"] = representation_of(state, global_weights)     # leaves the global weights loaded
-    state.extra["moon_mu"], state.extra["moon_tau"] = p.mu, p.temperature
-    g = torch.Generator().manual_seed(seed + state.cid)
-    ce, con = objective_steps(state, steps_per_round(state, p), p.batch_size, g, contrastive_term)
-    for k in ("z_prev", "z_glob"):
-        del state.extra[k]
-    state.extra["prev_weights"] = flat_params(state.model)
-    delta = state_delta(state.model.state_dict(), global_weights)
-    return delta, ce, con
-
-
-@ALGORITHMS.register("moon", params=MoonParams, tasks=("node", "graph"))
+@ALGORITHMS.register("moon", params=MoonParams, tasks=("node", "graph", "link"))
 class Moon(FedAvg):
+    objective = Contrastive
+    client_state = MoonClient
+
     @classmethod
     def check_config(cls, params, validated) -> None:
         super().check_config(params, validated)
@@ -76,25 +86,25 @@ class Moon(FedAvg):
     def reduces_to(cls, params, top) -> str | None:
         return "fedavg: mu = 0" if params.mu == 0 else None
 
-    def round(self, r: int) -> dict[str, float]:
-        """FedAvg's round with MOON's client side; its diagnostic: μ·ℓ_con over the cross-entropy
-        (mean over clients), the contrastive loss's share of the local objective."""
-        chosen = [self.states[i] for i in self.sample_clients(r)]
-        gw = self.ctx.channel.broadcast("global_weights", self.shared_weights(), [s.cid for s in chosen], r)
-        results = self.ctx.executor.map(moon_client_update, chosen, gw, self.params, round_seed(self.ctx.seed, r))
-        loss = self.apply_updates(chosen, [(d, ce) for d, ce, _ in results], r)
-        con = mean_loss(c for _, _, c in results)
-        stats = {"loss": loss}
+    def client_objective(self, chosen, weights, r):
+        return Contrastive(self.params.mu, self.params.temperature)
+
+    def aggregate(self, chosen, updates, r):
+        """FedAvg's average; the loss is the cross-entropy, and MOON's diagnostic μ·ℓ_con over it (mean
+        over clients), the contrastive loss's share of the local objective."""
+        mean, stats = super().aggregate(chosen, updates, r)
+        loss = stats["loss"] = mean_loss(u.loss.ce for u in updates)
+        con = mean_loss(u.loss.term for u in updates)
         if con == con and loss == loss:
             stats["contrastive_loss"] = con
             stats["regulariser_share"] = stats["contrastive_loss"] / max(abs(loss), 1e-30)
-        return stats
+        return mean, stats
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "prev": [s.extra.get("prev_weights") for s in self.states]}
+        return {**super().state_dict(), "prev": [s.prev_weights for s in self.states]}
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)
         for s, w in zip(self.states, state["prev"]):
             if w is not None:
-                s.extra["prev_weights"] = w
+                s.prev_weights = w

@@ -61,15 +61,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from torch import nn
 
-from fgx.algorithms.base import flat_params, round_seed, state_delta, train_steps
+from fgx.algorithms.base import flat_params
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
-from fgx.algorithms.halo import apply_halo_rows, send_halo_embeddings, wrap_edge_clients
+from fgx.algorithms.halo import HaloClient, apply_halo_rows, send_halo_embeddings, wrap_edge_clients
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
+from fgx.federation.client import ClientUpdate, LocalLoss, Objective, local_training, round_seed, state_delta
 from fgx.registry import ALGORITHMS
-from fgx.tasks import targets
 
 RAW_REASON = ("Swift-FedGNN with remote_layer0=aggregate: sums of remote neighbours' raw features; a sum over "
               "one neighbour equals that neighbour's feature row (only for datasets declaring public features)")
@@ -124,7 +123,7 @@ def partial_aggregates(state, requests: dict, n_hidden: int, with_features: bool
     req = requests.get(state.cid)
     if req is None:
         return None, None
-    sw = state.extra["swift"]
+    sw = state.swift
     dev = state.view.x.device
     req = req.to(dev)
     pos = torch.searchsorted(req, sw["pair_remote_gid"]).clamp(max=req.numel() - 1)
@@ -170,29 +169,30 @@ def cross_step(state, got: dict, p: SwiftFedGNNParams, g: torch.Generator) -> fl
     if state.task == "edge":
         apply_halo_rows(state, got)
         try:
-            return train_steps(state, 1, p.batch_size, g, state.extra.get("extra_loss"), p.fanouts)
+            return local_training(state, 1, p.batch_size, g, fanouts=p.fanouts).loss
         finally:
             state.model.clear()
-    sw = state.extra["swift"]
     dev = state.view.x.device
-    k = sw["count"].to(dev).unsqueeze(1).float()
+    k = state.swift["count"].to(dev).unsqueeze(1).float()
     remote = {layer: (rows.to(dev).float() / k) for layer, rows in got.items()}
-    mask, y = targets(state.view, state.task, "train")
-    n = int(mask.sum())
-    if n == 0:
-        return float("nan")
-    batch = None
-    if p.batch_size is not None and p.batch_size < n:
-        batch = torch.randperm(n, generator=g)[:p.batch_size].to(dev)
-    state.model.train()
-    state.optimizer.zero_grad()
-    out = cross_forward(state.model, state.view, sw, remote)[mask]
-    if batch is not None:
-        out, y = out[batch], y[batch]
-    loss = nn.functional.cross_entropy(out, y, weight=state.loss_weight)
-    loss.backward()
-    state.optimizer.step()
-    return float(loss.detach())
+    return local_training(state, 1, p.batch_size, g, CrossAggregates(remote)).loss
+
+
+@dataclass
+class CrossAggregates(Objective):
+    """A cross step's forward (node tasks): the client's subgraph with each boundary node's received
+    means as a virtual neighbour before every layer they exist for (``cross_forward``)."""
+    remote: dict                      # layer index -> [B, d] mean of the remote neighbours' layer inputs
+    unbatched = "its forward adds each client's received aggregates as virtual neighbours"
+
+    def forward(self, state):
+        return None, cross_forward(state.model, state.view, state.swift, self.remote)
+
+
+@dataclass
+class SwiftClient(HaloClient):
+    swift: dict | None = None            # node tasks: the client's cross structure (cross_structure)
+    swift_losses: list | None = None     # (mean loss, steps) of each stretch of this round's local steps
 
 
 def client_phase(state, gw: dict, p: SwiftFedGNNParams, rseed: int, phase: int, cross, n_local: int,
@@ -202,9 +202,9 @@ def client_phase(state, gw: dict, p: SwiftFedGNNParams, rseed: int, phase: int, 
     to them), else a local step; then ``n_local`` local steps. The last phase returns the update."""
     if phase == 0:
         state.model.load_state_dict(gw)
-        state.extra["swift_losses"] = []
+        state.swift_losses = []
     g = torch.Generator().manual_seed(rseed + state.cid + phase * PHASE_SEED)
-    losses = state.extra["swift_losses"]
+    losses = state.swift_losses
     steps = n_local
     if phase > 0:
         if state.cid in cross:
@@ -212,7 +212,7 @@ def client_phase(state, gw: dict, p: SwiftFedGNNParams, rseed: int, phase: int, 
         else:
             steps += 1
     if steps:
-        losses.append((train_steps(state, steps, p.batch_size, g, state.extra.get("extra_loss"), p.fanouts), steps))
+        losses.append((local_training(state, steps, p.batch_size, g, fanouts=p.fanouts).loss, steps))
     if not finish:
         return None
     delta = state_delta(state.model.state_dict(), gw)
@@ -220,12 +220,16 @@ def client_phase(state, gw: dict, p: SwiftFedGNNParams, rseed: int, phase: int, 
         loss = losses[0][0]
     else:
         loss = sum(l * s for l, s in losses) / max(1, sum(s for _, s in losses)) if losses else float("nan")
-    return delta, loss
+    return ClientUpdate(delta, LocalLoss(loss, loss, 0.0))
 
 
 # -- server side --------------------------------------------------------------------------------------
 @ALGORITHMS.register("swift_fedgnn", params=SwiftFedGNNParams, tasks=("node", "edge"))
 class SwiftFedGNN(FedAvg):
+    """FedAvg whose local steps are interrupted by cross-client exchanges: the paper changes the round's
+    order (exchanges between stretches of local steps), so ``round`` is its own."""
+    objective = None                     # its clients run client_phase, not local_update
+    client_state = SwiftClient
     messages = {**FedAvg.messages,
                 "cross_request": Message("down"),                      # node ids a remote client sums for
                 "partial_aggregates": Message("up", release=True),     # per-remote-client sums of h^l
@@ -265,9 +269,9 @@ class SwiftFedGNN(FedAvg):
             wrap_edge_clients(self)
             return
         for c, s in zip(ctx.clients, self.states):
-            s.extra["swift"] = {k: v.to(ctx.device) for k, v in cross_structure(c).items()}
+            s.swift = {k: v.to(ctx.device) for k, v in cross_structure(c).items()}
         # server-side partition knowledge (as for CE-FedGNN's routing): boundary ids and halos per client
-        self.boundary_gid = [s.extra["swift"]["boundary_gid"].cpu() for s in self.states]
+        self.boundary_gid = [s.swift["boundary_gid"].cpu() for s in self.states]
         self.halo = [torch.unique(c.halo) for c in ctx.clients]
         self.num_global = 1 + max(int(torch.cat([c.nodes, c.halo]).max()) for c in ctx.clients)
         self.n_hidden = self.global_model.num_layers - 1
@@ -347,4 +351,5 @@ class SwiftFedGNN(FedAvg):
             n_local = bounds[phase + 1] - bounds[phase] - 1
             finish = phase == len(bounds) - 2
             results = self.ctx.executor.map(client_phase, chosen, gw, p, rseed, phase, cross, n_local, finish)
-        return {"loss": self.apply_updates(chosen, results, r), "cross_iterations": float(len(cross_ks))}
+        combined, stats = self.aggregate(chosen, results, r)
+        return {**stats, **self.server_update(combined, r), "cross_iterations": float(len(cross_ks))}

@@ -12,10 +12,8 @@ def cmd_repro(args) -> int:
     from fgx.launch import conf_dir
     from fgx.outputs import atomic_write_bytes
     from fgx.report.runs import ReportError
-    from fgx.tables.docs import reproduction_markdown
-    from fgx.tables.render import markdown
-    from fgx.tables.run import identical_rows, record_result, reproduce
-    from fgx.tables.spec import load_targets, table_names
+    from fgx.tables import identical_rows, load_targets, markdown, record_result, reproduce, reproduction_markdown, \
+        table_names
 
     conf = conf_dir()
     if args.dry_run and args.name:
@@ -25,7 +23,7 @@ def cmd_repro(args) -> int:
             print(f"fgx repro: {e}", file=sys.stderr)
             return 2
         if t["accounting"] is None and not t.get("command"):
-            from fgx.launch import _job_overrides, prevalidate
+            from fgx.launch import job_overrides, prevalidate
             job = [f"+experiment={args.name}", *args.overrides]
             prevalidate(job, multirun=True)   # exits with the config error of the first bad job
             same = identical_rows(args.name)
@@ -33,7 +31,7 @@ def cmd_repro(args) -> int:
                 print(f"fgx repro: {args.name}: rows that cannot differ from another row: {'; '.join(same)}",
                       file=sys.stderr)
                 return 2
-            print(f"{args.name}: {len(_job_overrides(job, multirun=True))} job(s), all valid")
+            print(f"{args.name}: {len(job_overrides(job, multirun=True))} job(s), all valid")
         else:
             print(f"{args.name}: {'accounting' if t['accounting'] is not None else t['command']}, nothing to compose")
         return 0
@@ -66,7 +64,7 @@ def cmd_repro(args) -> int:
 
 
 def _spot_check(conf: Path, args) -> int:
-    from fgx.tables.spotcheck import TOLERANCE, spot_check
+    from fgx.tables import TOLERANCE, spot_check
 
     if not args.name:
         print("fgx repro: --spot-check needs a table name", file=sys.stderr)
@@ -76,7 +74,7 @@ def _spot_check(conf: Path, args) -> int:
     # a fresh folder per check by default: reruns are what is checked (an --out that holds runs of this
     # code and config, e.g. an interrupted check, keeps them; runs of other code are made again)
     out = Path(args.out) if args.out else Path("outputs") / "spot_check" / args.name / time.strftime("%Y-%m-%d_%H-%M-%S")
-    from fgx.report.runs import ReportError
+    from fgx.report.runs import ReportError     # the table's runs are read by fgx/report (TablesError is one too)
     try:
         res = spot_check(conf, args.name, out, seed=seed, overrides=rest)
     except ReportError as e:

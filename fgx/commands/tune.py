@@ -7,12 +7,12 @@ import sys
 
 
 def cmd_tune(args) -> int:
-    from fgx.cli import conf_dir
+    from fgx.launch import conf_dir
     from fgx.report.runs import ReportError
-    from fgx.tables.tune import tune
+    from fgx.tables import tune_table
 
     try:
-        res = tune(conf_dir(), args.name, methods=args.methods.split(",") if args.methods else None,
+        res = tune_table(conf_dir(), args.name, methods=args.methods.split(",") if args.methods else None,
                    overrides=args.overrides, out=args.out, dry_run=args.dry_run)
     except ReportError as e:
         print(f"fgx tune: {e}", file=sys.stderr)

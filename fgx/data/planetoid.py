@@ -143,9 +143,16 @@ def load_planetoid(p: PlanetoidParams, env: DataEnv) -> GraphDataset:
         env.log.info("Planetoid %s not found under %s: PyG will download it", p.dataset, env.data_dir)
     steps = ([T.LargestConnectedComponents()] if p.lcc else []) + ([T.NormalizeFeatures()] if p.normalize_features else [])
     transform = T.Compose(steps) if steps else None
-    ds = prepared_ecosystem(p.dataset, root, p.dataset, lambda r: Planetoid(
-        str(r), p.dataset, split="full" if p.split == "full" else "public", transform=transform),
-        check_raw=lambda d: check_raw_files(d / "raw", p.dataset))
+    try:
+        ds = prepared_ecosystem(p.dataset, root, p.dataset, lambda r: Planetoid(
+            str(r), p.dataset, split="full" if p.split == "full" else "public", transform=transform),
+            check_raw=lambda d: check_raw_files(d / "raw", p.dataset))
+    except DataError as e:
+        if have_raw:
+            raise
+        missing = [r for r in raw_files if not (env.data_dir / p.dataset / "raw" / r).exists()]
+        raise DataError(f"{e} (Planetoid {p.dataset} reads {env.data_dir / p.dataset / 'raw'}/: missing "
+                        f"{', '.join(missing)})") from None
     data = ds[0]
     if p.split == "random":
         data.train_mask, data.val_mask, data.test_mask = random_split(

@@ -1,9 +1,11 @@
 """``executor=batched``: the clients' local steps as one batched computation instead of a loop.
 
-For algorithms whose local step is the same model on different data (FedAvg, FedProx, FedPer, Local)
-with the GCN or GraphSAGE backbone, a round's clients become one block-diagonal graph: client i's
-nodes are rows [i·n, i·n + n_i) of a padded node table (n: the largest client), its edges keep to its
-block, and its parameters are row i of stacked per-client copies ([C, ...] tensors). A layer is one
+When a round's clients run the client runtime's ``local_update`` (fgx/federation/client.py) under an
+objective that has a batched form (``Objective.unbatched`` is None: the plain objective, which adds nothing,
+or one whose ``batched_term`` gives every client's term from the stacked parameters) on the GCN or
+GraphSAGE backbone, the executor asks that objective for it and the clients become one block-diagonal
+graph: client i's nodes are rows [i·n, i·n + n_i) of a padded node table (n: the largest client), its
+edges keep to its block, and its parameters are row i of stacked per-client copies ([C, ...] tensors). A layer is one
 sparse product over the block-diagonal adjacency and one ``bmm`` with the stacked weights, so each
 local step of all clients costs one graph of their total size, not C small ones.
 
@@ -18,8 +20,10 @@ up the channel on its own (one upload per client, same kinds), so every privacy 
 per-client updates as before.
 
 ``client_batching: auto`` batches the calls it can and runs any other as executor=local does (a
-sampled step: ``algorithm.fanouts``; another model or algorithm); ``on`` refuses those before work
-starts. The per-client loop (``executor=local``) stays the reference."""
+sampled step: ``algorithm.fanouts``; another model; client work other than ``local_update``; an objective
+without a batched form); ``on`` refuses those, before work starts where the algorithm declares it
+(``Algorithm.objective``). The per-client loop (``executor=local``) stays the reference. Nothing here
+knows an algorithm: what a method adds to local training comes from its objective."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -28,10 +32,11 @@ import torch
 from torch import nn
 
 from fgx.config import ConfigError, spec
+from fgx.federation.client import ClientUpdate, LocalLoss, Objective, local_update, num_train_items, state_delta, \
+    steps_per_round
 from fgx.federation.executor import InProcessExecutor
 from fgx.registry import EXECUTORS
 
-ALGORITHMS = ("fedavg", "fedprox", "fedper", "local")
 MODELS = ("gcn", "sage")
 
 
@@ -45,9 +50,13 @@ class BatchedParams:
 
 
 def config_refusal(v) -> str | None:
-    """Why a validated config cannot run batched (None: it can)."""
-    if v.names["algorithm"] not in ALGORITHMS:
-        return f"algorithm '{v.names['algorithm']}' is not one of {list(ALGORITHMS)}"
+    """Why a validated config cannot run batched (None: it can), as far as the algorithm declares it."""
+    algo, name = v.entries["algorithm"].obj, v.names["algorithm"]
+    if algo.objective is None:
+        return f"algorithm '{name}' runs client work of its own, not the client runtime's local_update"
+    if algo.objective.unbatched is not None:
+        return (f"algorithm '{name}''s objective {algo.objective.__name__} has no batched form: "
+                f"{algo.objective.unbatched}")
     if v.names["model"] not in MODELS:
         return f"model '{v.names['model']}' is not one of {list(MODELS)}"
     if getattr(v.params["algorithm"], "fanouts", None):
@@ -57,7 +66,7 @@ def config_refusal(v) -> str | None:
 
 @EXECUTORS.register("batched", params=BatchedParams)
 class BatchedExecutor(InProcessExecutor):
-    """executor=local's loop, with the calls of the client functions in ``FORMS`` batched."""
+    """executor=local's loop, with the calls of ``local_update`` under an objective with a batched form batched."""
 
     def __init__(self, params=None):
         super().__init__(params)
@@ -73,14 +82,24 @@ class BatchedExecutor(InProcessExecutor):
             raise ConfigError("executor.client_batching", "on", f"'auto' or executor=local ({why})")
 
     def map(self, fn, items: list, *args):
-        form = FORMS.get(f"{fn.__module__}.{fn.__qualname__}")
-        why = f"{fn.__qualname__} has no batched form" if form is None else refusal(items, args[-2])
+        why = call_refusal(fn, items, args)
         if why is None:
-            return form(items, self.client_seeds(items), *args, blocks=self.blocks,
-                        group_nodes=self.params.group_nodes)
+            return batched_local_update(items, self.client_seeds(items), *args, blocks=self.blocks,
+                                        group_nodes=self.params.group_nodes)
         if self.params.client_batching == "on":
             raise RuntimeError(f"executor.client_batching=on, but this call cannot be batched: {why}")
         return super().map(fn, items, *args)
+
+
+def call_refusal(fn, states: list, args: tuple) -> str | None:
+    """Why this ``map`` call cannot run batched (None: it can): only ``local_update`` has a batched form,
+    and only under an objective that has one."""
+    if fn is not local_update:
+        return f"{fn.__qualname__} is client work of the algorithm's own (only local_update has a batched form)"
+    _, p, _, objective = args
+    if objective.unbatched is not None:
+        return f"the objective {type(objective).__name__} has no batched form: {objective.unbatched}"
+    return refusal(states, p)
 
 
 def refusal(states: list, p) -> str | None:
@@ -105,13 +124,7 @@ def refusal(states: list, p) -> str | None:
         if g.get("amsgrad") or g.get("maximize") or g.get("decoupled_weight_decay") or g.get("momentum", 0) \
                 or g.get("nesterov"):
             return "optimiser options beyond lr and weight decay"
-        extra = s.extra.get("extra_loss")
-        if extra is not None and f"{extra.__module__}.{extra.__qualname__}" != PROXIMAL_TERM:
-            return "an extra loss term other than FedProx's"
     return None
-
-
-PROXIMAL_TERM = "fgx.algorithms.fedprox.proximal_term"
 
 
 # -- the block-diagonal batch ---------------------------------------------------------------------
@@ -277,15 +290,15 @@ def loss_coefficients(blk: Block, rows: list[torch.Tensor], weights: list) -> tu
     return torch.cat(rows), torch.cat(coefs)
 
 
-def train_batched(states: list, seeds: list[int], p, round_seed: int, prox_mu: float | None = None,
-                  anchor: dict | None = None, blocks: dict | None = None, group_nodes: int | None = None) -> list[float]:
-    """fgx.algorithms.base.train_steps for every client of ``states``, in groups of clients of similar size
-    with at most ``group_nodes`` padded nodes each (one client larger than that: a group of its own), each
-    group one batched computation; returns each client's mean loss (NaN for a client without training
-    items, which trains as little as in its own loop). ``blocks`` keeps the groups' batches between calls."""
-    from fgx.algorithms.base import num_train_items
-
-    losses = [float("nan")] * len(states)
+def train_batched(states: list, seeds: list[int], p, round_seed: int, objective: Objective,
+                  blocks: dict | None = None, group_nodes: int | None = None) -> list[LocalLoss]:
+    """fgx.federation.client.local_training for every client of ``states``, in groups of clients of similar
+    size with at most ``group_nodes`` padded nodes each (one client larger than that: a group of its own),
+    each group one batched computation; returns each client's mean losses (NaN for a client without
+    training items, which trains as little as in its own loop). ``blocks`` keeps the groups' batches
+    between calls."""
+    nan = float("nan")
+    losses = [LocalLoss(nan, nan, nan)] * len(states)
     # by size, so that a group pads little; the order of clients changes nothing (each one's step is its own)
     idx = sorted((i for i, s in enumerate(states) if num_train_items(s) > 0), key=lambda i: states[i].view.num_nodes)
     groups, limit = [], group_nodes or float("inf")
@@ -305,7 +318,7 @@ def train_batched(states: list, seeds: list[int], p, round_seed: int, prox_mu: f
         else:
             views = [s.view for s in sts]     # kept with the batch: their ids cannot be reused while it is
             kept[key] = (views, Block(views, sts[0].view.x.device))
-        for i, loss in zip(g, train_group(kept[key][1], sts, [seeds[i] for i in g], p, round_seed, prox_mu, anchor)):
+        for i, loss in zip(g, train_group(kept[key][1], sts, [seeds[i] for i in g], p, round_seed, objective)):
             losses[i] = loss
     if blocks is not None:
         blocks.clear()
@@ -313,11 +326,8 @@ def train_batched(states: list, seeds: list[int], p, round_seed: int, prox_mu: f
     return losses
 
 
-def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, prox_mu: float | None,
-                anchor: dict | None) -> list[float]:
+def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, objective: Objective) -> list[LocalLoss]:
     """One group's local steps as one batched computation (``blk`` holds its clients' views)."""
-    from fgx.algorithms.base import steps_per_round
-
     model = sts[0].model
     for s in sts:
         s.model.train()
@@ -330,6 +340,7 @@ def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, pro
     client_of = torch.repeat_interleave(torch.arange(blk.C), torch.tensor(n_train))
     full = loss_coefficients(blk, blk.train_rows, weights)
     totals = torch.zeros(blk.C, dtype=torch.float64)
+    ce_totals = torch.zeros(blk.C, dtype=torch.float64)
     for step in range(int(steps.max())):
         active = steps > step
         drop.active = active.nonzero().view(-1).tolist()
@@ -344,50 +355,33 @@ def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, pro
         P = opt.views()
         out = forward(model, P, blk, drop)
         ce = nn.functional.cross_entropy(out[rows_all], blk.y[rows_all], reduction="none")
-        per_client = torch.zeros(blk.C, device=ce.device).index_add(0, owner.to(ce.device), coef * ce)
-        if prox_mu is not None:   # FedProx: (mu/2)·||w_i - w_global||² per client (fgx.algorithms.fedprox)
-            per_client = per_client + 0.5 * prox_mu * sum(
-                ((P[n] - anchor[n].unsqueeze(0)) ** 2).flatten(1).sum(1) for n in opt.names if n in anchor)
+        per_client = per_client_ce = torch.zeros(blk.C, device=ce.device).index_add(0, owner.to(ce.device), coef * ce)
+        term = objective.batched_term(P)     # [C]: the method's term of each client (None: none)
+        if term is not None:
+            per_client = per_client + term
         per_client.sum().backward()
         opt.step(active)
         totals += torch.where(active, per_client.detach().double().cpu(), torch.zeros_like(totals))
+        ce_totals += torch.where(active, per_client_ce.detach().double().cpu(), torch.zeros_like(totals))
     opt.write_back()
-    return (totals / steps).tolist()
+    mean, ce_mean = (totals / steps).tolist(), (ce_totals / steps).tolist()
+    return [LocalLoss(l, c, l - c) for l, c in zip(mean, ce_mean)]
 
 
-# -- the batched forms of the algorithms' client functions (module.qualname -> form) --------------------
+# -- the batched form of the client runtime's local_update ---------------------------------------------
 
-def fedavg_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int, **batching) -> list:
-    """fgx.algorithms.fedavg.client_update for every client at once: load the global weights (FedPer:
-    the base, under each client's own head), train, and return each client's (delta, loss)."""
-    from fgx.algorithms.base import state_delta
-
-    for s in states:
-        s.model.load_state_dict(global_weights, strict=False)
-    prox = [s.extra.get("extra_loss") is not None for s in states]
-    mu = states[0].extra.get("prox_mu") if any(prox) else None
-    anchor = states[0].extra.get("prox_anchor") if any(prox) else None
-    losses = train_batched(states, seeds, p, round_seed, mu, anchor, **batching)
-    return [(state_delta(s.model.state_dict(), global_weights), loss) for s, loss in zip(states, losses)]
-
-
-def fedprox_update(states: list, seeds: list[int], global_weights: dict, p, round_seed: int, **batching) -> list:
-    """fgx.algorithms.fedprox.prox_client_update for every client at once: the proximal term around the
-    global weights the round starts from, then FedAvg's batched update."""
-    from fgx.algorithms.fedprox import proximal_term
-
-    names = {n for n, _ in states[0].model.named_parameters()} if states else set()
-    anchor = {k: v.detach().clone() for k, v in global_weights.items() if k in names}
-    for s in states:
-        s.extra.update(prox_anchor=anchor, prox_mu=p.mu, extra_loss=proximal_term)
-    return fedavg_update(states, seeds, global_weights, p, round_seed, **batching)
-
-
-def local_update(states: list, seeds: list[int], p, round_seed: int, **batching) -> list[float]:
-    """fgx.algorithms.local.local_round for every client at once."""
-    return train_batched(states, seeds, p, round_seed, **batching)
-
-
-FORMS = {"fgx.algorithms.fedavg.client_update": fedavg_update,
-         "fgx.algorithms.fedprox.prox_client_update": fedprox_update,
-         "fgx.algorithms.local.local_round": local_update}
+def batched_local_update(states: list, seeds: list[int], weights: dict | None, p, round_seed: int,
+                         objective: Objective, **batching) -> list[ClientUpdate]:
+    """fgx.federation.client.local_update for every client at once: each client's objective started, the
+    start weights loaded (part of the model: under each client's own other layers; None: each keeps its own), the
+    local steps batched with the objective's batched term, and each client's update."""
+    own = [objective.start(s, weights) for s in states]
+    if weights is not None:
+        for s in states:
+            s.model.load_state_dict(weights, strict=False)
+    losses = train_batched(states, seeds, p, round_seed, objective, **batching)
+    out = []
+    for s, o, loss in zip(states, own, losses):
+        delta = state_delta(s.model.state_dict(), weights) if weights is not None else None
+        out.append(ClientUpdate(delta, loss, o.finish(s, delta)))
+    return out

@@ -30,7 +30,7 @@ def client_seed(seed: int, round: int, call: int, client: int) -> int:
 def client_rng(seed: int):
     """Run the body with every global RNG seeded by ``seed``; the caller's RNG states come back after."""
     # torch.manual_seed and fork_rng also visit every accelerator backend and numpy's legacy get_state builds
-    # a tuple around its 624-word key: ~180 us a call, a tenth of a FedAvg client step on Cora. This does the
+    # a tuple around its 624-word key: ~180 us a call, a tenth of a client's local step on Cora. This does the
     # same for the CPU generator (and CUDA when it is in use) with the generators' own state objects.
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
     cpu_state = torch.default_generator.get_state()

@@ -37,7 +37,7 @@ class RayParams:
     cpus_per_actor: float = field(default=1.0, metadata=spec(gt=0.0))
     gpus_per_actor: float = field(default=0.0, metadata=spec(min=0.0, help="> 0 with device=cuda"))
     torch_threads: int = field(default=1, metadata=spec(min=1, help="torch intra-op threads in each actor"))
-    resident: list[str] = field(default_factory=lambda: ["view", "sampler", "extra.sampler"], metadata=spec(
+    resident: list[str] = field(default_factory=lambda: ["view", "sampler"], metadata=spec(
         help="client fields shipped once and kept by the actor (read-only after setup); "
              "'a.b' is key b of dict field a"))
 

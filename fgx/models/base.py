@@ -77,17 +77,40 @@ class NodeGNN(LayerwiseModel):
 
     # layer-wise interface (docs/ARCHITECTURE.md): CE-FedGNN swaps halo rows between layers
     def encode(self, view) -> dict:
+        """The layers' input.
+
+        Args:
+            view: a graph (PyG Data) with ``x`` [n, F].
+        Returns:
+            {"h": [n, F] node states (the raw features), "e": None (no edge states)}."""
         return {"h": view.x, "e": None}
 
     def layer(self, i: int, h: torch.Tensor, e, edge_index: torch.Tensor):
+        r"""Layer ``i``'s convolution, after dropout (layer 0: only with ``input_dropout``):
+
+        .. math::
+            \mathbf{H}^{(i+1)}_{\text{pre}} = \mathrm{conv}_i(\mathrm{dropout}(\mathbf{H}^{(i)}), \mathcal{E})
+
+        Args:
+            i: the layer, 0-based.
+            h: [n, d_i] node states of every node of the graph.
+            e: edge states (unused here: None).
+            edge_index: [2, E] edges (source, target).
+        Returns:
+            (pre-activation node states [n, d_{i+1}], e)."""
         if i > 0 or self.input_dropout:
             h = dropout(h, self.dropout, self.training)
         return self.convs[i](h, edge_index), e
 
     def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
+        """ReLU of layer ``i``'s output [n, d]; the last layer without a classifier outputs logits as they are."""
         return torch.relu(pre) if i < self.num_layers - 1 or self.classifier is not None else pre
 
     def head(self, h: torch.Tensor, e, edge_index: torch.Tensor, view) -> torch.Tensor:
+        """The logits: ``classifier(dropout(h))`` [n, C], or ``h`` itself [n, C] with ``classifier: none``.
+
+        Args:
+            h: [n, d] the last layer's activated node states."""
         if self.classifier is None:
             return h
         return self.classifier(dropout(h, self.dropout, self.training))

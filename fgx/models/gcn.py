@@ -25,7 +25,7 @@ class GCN(NodeGNN):
         return (out + conv.bias if conv.bias is not None else out), e
 
 
-@MODELS.register("gcn", params=GNNParams, tasks=("node",))
+@MODELS.register("gcn", params=GNNParams, tasks=("node", "link"))
 def build_gcn(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import GCNConv
 

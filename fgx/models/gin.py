@@ -6,7 +6,7 @@ from fgx.models.base import GNNParams, NodeGNN, dims, node_gnn
 from fgx.registry import MODELS
 
 
-@MODELS.register("gin", params=GNNParams, tasks=("node",))
+@MODELS.register("gin", params=GNNParams, tasks=("node", "link"))
 def build_gin(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import GINConv
 

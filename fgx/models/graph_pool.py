@@ -43,12 +43,16 @@ class GraphGNN(LayerwiseModel):
         return ["convs."]
 
     def encode(self, view) -> dict:
+        """{"h": [n, hidden] the input layer on the nodes' features ``view.x`` [n, F], "e": None}."""
         return {"h": self.pre(view.x), "e": None}
 
     def layer(self, i: int, h: torch.Tensor, e, edge_index: torch.Tensor):
+        """Layer ``i``'s convolution on node states ``h`` [n, hidden] over ``edge_index`` [2, E]: (pre-activation
+        [n, hidden], e)."""
         return self.convs[i](h, edge_index), e
 
     def activate(self, i: int, pre: torch.Tensor) -> torch.Tensor:
+        """dropout(ReLU(pre)) [n, hidden]."""
         return dropout(torch.relu(pre), self.dropout, self.training)
 
     def pool(self, h: torch.Tensor, view) -> torch.Tensor:
@@ -58,5 +62,7 @@ class GraphGNN(LayerwiseModel):
         return fn(h, view.graph, size=int(view.graph_y.numel()))
 
     def head(self, h: torch.Tensor, e, edge_index: torch.Tensor, view) -> torch.Tensor:
+        """Graph logits [G, C]: the node states ``h`` [n, hidden] pooled per graph (``view.graph`` [n]: each
+        node's graph), then post layer, ReLU, dropout and readout."""
         g = dropout(torch.relu(self.post(self.pool(h, view))), self.dropout, self.training)
         return self.readout(g)

@@ -30,7 +30,7 @@ class SAGE(NodeGNN):
         return sage_layer(self.convs[i], h, edge_index, raw_input=i == 0 and not self.input_dropout), e
 
 
-@MODELS.register("sage", params=GNNParams, tasks=("node",))
+@MODELS.register("sage", params=GNNParams, tasks=("node", "link"))
 def build_sage(p: GNNParams, in_dim: int, out_dim: int, info) -> NodeGNN:
     from torch_geometric.nn import SAGEConv
 

@@ -42,7 +42,7 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
     if not client_nodes:
         raise DataError("the partitioner produced no clients")
     ei = data.edge_index
-    undirected = info.task == "node" and is_undirected(ei, num_nodes=n)
+    undirected = info.task in ("node", "link") and is_undirected(ei, num_nodes=n)
     by_src, by_dst = _edges_by_node(ei[0], n), _edges_by_node(ei[1], n)
     # scratch arrays over all nodes, set for one client and reset after it: a client costs its own
     # nodes' edges, not a scan of the whole graph (1,000 clients of a million-node graph, #41)
@@ -152,7 +152,7 @@ def partition_stats(data, info: DatasetInfo, clients: list[ClientData]) -> dict:
     for c in clients:
         counts[c.nodes] += 1
     edges = [c.stats["edges"] for c in clients]
-    undirected = info.task == "node" and is_undirected(data.edge_index, num_nodes=n)
+    undirected = info.task in ("node", "link") and is_undirected(data.edge_index, num_nodes=n)
     owner = torch.full((n,), -1, dtype=torch.long)
     for c in clients:
         owner[c.nodes] = c.cid

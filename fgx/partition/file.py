@@ -64,7 +64,7 @@ def read_assignment(path: Path) -> torch.Tensor:
     return t.long()
 
 
-@PARTITIONERS.register("file", params=FileParams, tasks=("node", "edge", "graph"))
+@PARTITIONERS.register("file", params=FileParams, tasks=("node", "edge", "graph", "link"))
 def file_partition(p: FileParams, data, info, seed: int) -> list[torch.Tensor]:
     path = Path(p.path).expanduser()
     owner = read_assignment(path)

@@ -16,7 +16,7 @@ class GivenParams:
     pass
 
 
-@PARTITIONERS.register("given", params=GivenParams, tasks=("node", "edge"))
+@PARTITIONERS.register("given", params=GivenParams, tasks=("node", "edge", "link"))
 def given_partition(p: GivenParams, data, info, seed: int) -> list[torch.Tensor]:
     owner = getattr(data, "client", None)
     if not isinstance(owner, torch.Tensor) or owner.numel() != data.num_nodes:

@@ -60,7 +60,7 @@ def cap_communities(g: nx.Graph, communities: list[list[int]], cap: int) -> list
     return out
 
 
-@PARTITIONERS.register("louvain", params=LouvainParams, tasks=("node", "edge"))
+@PARTITIONERS.register("louvain", params=LouvainParams, tasks=("node", "edge", "link"))
 def louvain_partition(p: LouvainParams, data, info, seed: int) -> list[torch.Tensor]:
     check_num_clients(p.num_clients, data.num_nodes)
     g = nx.Graph()

@@ -32,7 +32,7 @@ def metis_parts(edge_index: torch.Tensor, num_nodes: int, num_parts: int, seed: 
     return np.asarray(membership)
 
 
-@PARTITIONERS.register("metis", params=MetisParams, tasks=("node", "edge"))
+@PARTITIONERS.register("metis", params=MetisParams, tasks=("node", "edge", "link"))
 def metis_partition(p: MetisParams, data, info, seed: int) -> list[torch.Tensor]:
     check_num_clients(p.num_clients, data.num_nodes)
     membership = torch.from_numpy(metis_parts(data.edge_index, data.num_nodes, p.num_clients, seed))

@@ -16,7 +16,7 @@ class RandomParams:
     num_clients: int = field(default=4, metadata=spec(min=1))
 
 
-@PARTITIONERS.register("random", params=RandomParams, tasks=("node", "edge", "graph"))
+@PARTITIONERS.register("random", params=RandomParams, tasks=("node", "edge", "graph", "link"))
 def random_partition(p: RandomParams, data, info, seed: int) -> list[torch.Tensor]:
     # salted: the dataset's split permutes with the bare seed, and reusing that stream would
     # hand one client all the training nodes

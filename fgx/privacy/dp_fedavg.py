@@ -2,9 +2,10 @@
 to L2 norm ``clip`` before it leaves the client. Clients join a round by Poisson sampling with rate
 q = ``algorithm.client_fraction`` (``algorithm.client_sampling=poisson``; q = 1: every client); the
 server forms the fixed-denominator average sum / (qN) (McMahan et al.'s estimator, sensitivity
-clip / (qN)) and adds Gaussian noise of std ``noise_multiplier * clip / (qN)``. The RDP accountant of
-dp-accounting composes one Poisson-subsampled Gaussian per round (rate q), which is exactly this
-mechanism."""
+clip / (qN)) and adds Gaussian noise of std ``noise_multiplier * clip / (qN)``. One accountant for the
+whole run (fgx/privacy/accountant.py, Opacus's RDPAccountant shape) takes a step per round with that
+round's noise multiplier and sampling rate: a Poisson-subsampled Gaussian, which is exactly this
+mechanism, composed by dp-accounting's RDP accountant."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -12,6 +13,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.config import ConfigError, spec
+from fgx.privacy.accountant import RDPAccountant
 from fgx.privacy.base import NoiseMeter, PrivacyMechanism, PrivacyParams
 from fgx.privacy.clipping import clip_by_global_norm
 from fgx.registry import PRIVACY
@@ -55,14 +57,14 @@ class DPFedAvg(PrivacyMechanism):
     def __init__(self, params):
         super().__init__(params)
         self.gen = torch.Generator()
-        self.rounds: list[tuple[float, int]] = []     # (sampling rate, number of rounds at that rate)
+        self.accountant = RDPAccountant()              # one for the run: a step per round
         self.eps = 0.0
         self.meter = NoiseMeter()
 
     def bind(self, ctx) -> None:
         super().bind(ctx)
         self.gen.manual_seed(ctx.seed * 7 + 54321)
-        self.q = float(getattr(ctx.params, "client_fraction", 1.0))
+        self.q = float(getattr(ctx.params, "client_fraction", 1.0))     # the params of any algorithm with updates
 
     def release(self, kind, payload, src, round):
         if kind == self.params.update_kind:
@@ -87,20 +89,18 @@ class DPFedAvg(PrivacyMechanism):
         return out
 
     def epsilon(self, rounds: int) -> float:
-        import dp_accounting
-        from dp_accounting import rdp
-
-        if self.params.noise_multiplier == 0:
-            return float("inf")
-        acc = rdp.RdpAccountant()
-        event = dp_accounting.GaussianDpEvent(self.params.noise_multiplier)
-        if self.q < 1.0:
-            event = dp_accounting.PoissonSampledDpEvent(self.q, event)
-        acc.compose(dp_accounting.SelfComposedDpEvent(event, rounds))
-        return float(acc.get_epsilon(self.params.delta))
+        """ε of ``rounds`` rounds at this run's noise and sampling rate (what the accountant holds after them)."""
+        acc = RDPAccountant()
+        for _ in range(rounds):
+            acc.step(noise_multiplier=self.params.noise_multiplier, sample_rate=self.q)
+        return acc.get_epsilon(self.params.delta)
 
     def on_round_end(self, round: int) -> dict:
-        self.eps = self.epsilon(round)
+        # one step per round; a run resumed from a checkpoint written before the accountant was kept
+        # catches up on the rounds it ran (every one at the run's rate)
+        while len(self.accountant) < round:
+            self.accountant.step(noise_multiplier=self.params.noise_multiplier, sample_rate=self.q)
+        self.eps = self.accountant.get_epsilon(self.params.delta)
         self.last_round = round
         return {"epsilon": self.eps, **self.meter.take()}
 
@@ -108,7 +108,8 @@ class DPFedAvg(PrivacyMechanism):
         return {"mechanism": "dp_fedavg", "params": {"noise_multiplier": self.params.noise_multiplier,
                                                      "clip": self.params.clip, "delta": self.params.delta,
                                                      "sampling_rate": self.q},
-                "accountant": "dp_accounting RdpAccountant (Poisson-subsampled Gaussian per round)",
+                "accountant": "fgx.privacy.accountant.RDPAccountant (a Poisson-subsampled Gaussian step per round; "
+                              "dp_accounting's RDP)",
                 "estimator": "fixed denominator: sum of clipped updates / (client_fraction * clients)",
                 "rounds": getattr(self, "last_round", 0), "epsilon": self.eps, "delta": self.params.delta}
 
@@ -117,8 +118,10 @@ class DPFedAvg(PrivacyMechanism):
                 "noise_multiplier": self.params.noise_multiplier}
 
     def state_dict(self) -> dict:
-        return {"gen": self.gen.get_state(), "eps": self.eps}
+        return {"gen": self.gen.get_state(), "eps": self.eps, "accountant": self.accountant.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
         self.gen.set_state(state["gen"])
         self.eps = state["eps"]
+        if "accountant" in state:
+            self.accountant.load_state_dict(state["accountant"])

@@ -123,7 +123,7 @@ class MetricDP(PrivacyMechanism):
 
     def finish(self, algo) -> None:
         """After the last round: the embeddings ρ_q is measured over (all nodes, final global model)."""
-        if self.params.rho_population == "all_nodes" and callable(getattr(algo, "node_embeddings", None)):
+        if self.params.rho_population == "all_nodes":
             self.final_embeddings = algo.node_embeddings(seed=self.ctx.seed if self.ctx is not None else 0)
 
     def _rho_embeddings(self) -> tuple[np.ndarray | None, str]:

@@ -92,7 +92,7 @@ class MFGDP(PrivacyMechanism):
     def check_config(cls, params: MFGDPParams, validated) -> None:
         algo_name = validated.names["algorithm"]
         algo = validated.entries["algorithm"].obj
-        if not getattr(algo, "gossip", False):
+        if not algo.gossip:
             raise ConfigError("privacy.name", "mf_gdp", f"a mechanism for the gossip algorithms (dp_dsgd, muffliato, "
                               f"antipgd, dmf, mafalda_sgd, mf_dsgd); algorithm={algo_name} is not one")
         resolve_correlation(params, algo_name, algo.correlation)

@@ -46,7 +46,6 @@ class GraphClient:
         self.item_group = popularity_groups(inter.train[1], inter.num_items)
         self.known = torch.zeros(inter.num_users, inter.num_items, dtype=torch.bool)
         self.known[inter.train[0], inter.train[1]] = True
-        self.extra: dict = {}             # algorithm-specific local state
 
 
 def require_graph_model(validated, algorithm: str) -> None:
@@ -90,9 +89,9 @@ def pos_neg_cos(model, uh, vh, u, i, j) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def bpr_graph_epochs(state: GraphClient, epochs: int, batch_size: int, num_negatives: int, bpr_tau: float,
-                     seed: int, extra_loss: Callable | None = None) -> float:
+                     seed: int, regulariser: Callable | None = None) -> float:
     """Mini-batch BPR on (user, positive, sampled negatives) with the model's cos R̂ scores divided by
-    ``bpr_tau`` (1.0 = standard BPR). ``extra_loss(state, uh, vh)`` adds an algorithm's regulariser."""
+    ``bpr_tau`` (1.0 = standard BPR). ``regulariser(state, uh, vh)`` adds an algorithm's regulariser."""
     model, tr = state.model, state.inter.train
     g = torch.Generator().manual_seed(seed + state.cid)
     model.train()
@@ -105,8 +104,8 @@ def bpr_graph_epochs(state: GraphClient, epochs: int, batch_size: int, num_negat
             uh, vh = model.embed()
             pos, neg = pos_neg_cos(model, uh, vh, u, i, j)
             loss = losses.bpr_loss(pos[:, None] / bpr_tau, neg / bpr_tau)
-            if extra_loss is not None:
-                loss = loss + extra_loss(state, uh, vh)
+            if regulariser is not None:
+                loss = loss + regulariser(state, uh, vh)
             state.optimizer.zero_grad()
             loss.backward()
             state.optimizer.step()

@@ -35,11 +35,11 @@ def known_matrix(train: torch.Tensor, num_users: int, num_items: int) -> torch.T
 def bpr_epochs(model, train: torch.Tensor, known: torch.Tensor, optimizer: torch.optim.Optimizer,
                epochs: int, batch_size: int, num_negatives: int, l2: float, g: torch.Generator,
                score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor] = dot_score,
-               bpr_tau: float = 1.0, extra_loss: Callable | None = None,
+               bpr_tau: float = 1.0, regulariser: Callable | None = None,
                grad_hook: Callable[[int], None] | None = None) -> float:
     """``epochs`` passes of mini-batch BPR on scores divided by ``bpr_tau`` (1.0 = standard BPR);
     ``l2`` penalises the batch's layer-0 embeddings (LightGCN's regulariser, per triple);
-    ``extra_loss(users, uh, vh)`` adds an algorithm's term; ``grad_hook(batch_len)`` runs between
+    ``regulariser(users, uh, vh)`` adds an algorithm's term; ``grad_hook(batch_len)`` runs between
     backward and the optimizer step (FedPerGNN's per-batch clip + LDP noise). Returns the mean batch loss."""
     model.train()
     total, steps = 0.0, 0
@@ -52,8 +52,8 @@ def bpr_epochs(model, train: torch.Tensor, known: torch.Tensor, optimizer: torch
             pos = score(uh[u], vh[i])
             neg = score(uh[u][:, None, :].expand(-1, j.size(1), -1), vh[j])
             loss = bpr_loss(pos[:, None] / bpr_tau, neg / bpr_tau)
-            if extra_loss is not None:
-                loss = loss + extra_loss(u, uh, vh)
+            if regulariser is not None:
+                loss = loss + regulariser(u, uh, vh)
             if l2 > 0:
                 ego = model.user_emb(u).pow(2).sum() + model.item_emb(i).pow(2).sum() + model.item_emb(j).pow(2).sum()
                 loss = loss + l2 * ego / (2 * len(b))

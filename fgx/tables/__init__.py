@@ -9,5 +9,17 @@
     tune.py        `fgx tune`: every method the same validation budget
     render.py, docs.py   one table as markdown; docs/REPRODUCTION.md
 
-fgx/report/ only reads run directories; everything that launches or judges a table lives here.
+fgx/report/ only reads run directories; everything that launches or judges a table lives here. The
+commands (fgx/commands/repro.py, tune.py) use the names below and nothing else of the package; a table
+that cannot be loaded, run, recorded or checked raises TablesError.
 """
+from fgx.tables.docs import reproduction_markdown
+from fgx.tables.errors import TablesError
+from fgx.tables.render import markdown
+from fgx.tables.run import identical_rows, record_result, reproduce
+from fgx.tables.spec import load_targets, table_names
+from fgx.tables.spotcheck import TOLERANCE, spot_check
+from fgx.tables.tune import tune as tune_table     # fgx.tables.tune stays the module
+
+__all__ = ["TOLERANCE", "TablesError", "identical_rows", "load_targets", "markdown", "record_result", "reproduce",
+           "reproduction_markdown", "spot_check", "table_names", "tune_table"]

@@ -232,7 +232,7 @@ def _tuned_values_unused(conf: Path, source: str, method: str, key: str, record:
     from omegaconf import OmegaConf
 
     from fgx.loggers import flatten
-    from fgx.tables.tune import _same, tuned_path
+    from fgx.tables.tune import same_value, tuned_path
 
     want = flatten(OmegaConf.to_container(OmegaConf.load(tuned_path(conf, source, method))) or {})
     configs = record.get("configs") or {}
@@ -241,7 +241,7 @@ def _tuned_values_unused(conf: Path, source: str, method: str, key: str, record:
         if e.get("overrides", {}).get(key) != method:
             continue
         have = flatten(configs.get(e.get("config_sha")) or {})
-        bad = [k for k, v in want.items() if not _same(have.get(k), v)]
+        bad = [k for k, v in want.items() if not same_value(have.get(k), v)]
         if bad:
             out.append(f"{method} seed {e['overrides'].get('seed', '?')} ({bad[0]}: {have.get(bad[0])} ≠ {want[bad[0]]})")
     return out

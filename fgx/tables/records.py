@@ -50,8 +50,8 @@ def load_record(conf: Path, name: str) -> dict | None:
     try:
         return json.loads(p.read_text())
     except json.JSONDecodeError as e:
-        from fgx.report.runs import ReportError
-        raise ReportError(f"{p}: not a readable record ({e}); restore it from git or run `fgx repro {name}` again")
+        from fgx.tables.errors import TablesError
+        raise TablesError(f"{p}: not a readable record ({e}); restore it from git or run `fgx repro {name}` again")
 
 
 @contextmanager
@@ -68,8 +68,8 @@ def record_lock(conf: Path, name: str):
             held.enter_context(preparation_lock(results_dir(conf) / f".{name}.json.lock",
                                                 f"the record results/{name}.json"))
         except DataError as e:  # the lock's own wording is the data preparation's: say what fgx repro/tune met
-            from fgx.report.runs import ReportError
-            raise ReportError(f"cannot lock the record results/{name}.json to write it ({e})") from None
+            from fgx.tables.errors import TablesError
+            raise TablesError(f"cannot lock the record results/{name}.json to write it ({e})") from None
         yield
 
 

@@ -15,12 +15,12 @@ import time
 from pathlib import Path
 
 from fgx.provenance import launched_by
-from fgx.report.runs import ReportError
 from fgx.tables.accounting import run_accounting
 from fgx.tables.checks import Check, ReproResult, effort_check, equal_rows_notes, progress_notes, row_key, table_from_runs
-from fgx.tables.render import markdown
+from fgx.tables.errors import TablesError
 from fgx.tables.records import (code_staleness, load_record, merge, provenance, results_dir, run_entry,
                                 update_record, write_record)
+from fgx.tables.render import markdown
 from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, table_sweeps, targets_sha
 
 
@@ -200,7 +200,7 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
         return res
     same = identical_rows(name)
     if same:
-        raise ReportError(f"{name}: rows that cannot differ from another row: {'; '.join(same)}. Change the "
+        raise TablesError(f"{name}: rows that cannot differ from another row: {'; '.join(same)}. Change the "
                           f"preset (e.g. a GCFL warm-up that ends inside the run, FedProx with several local steps)")
     # resume=true: in an output directory that already holds some of the table's runs (an interrupted
     # `fgx repro NAME --out DIR`), completed jobs with the same config are kept, not run again

@@ -34,7 +34,7 @@ import hashlib
 import json
 from pathlib import Path
 
-from fgx.report.runs import ReportError
+from fgx.tables.errors import TablesError
 
 DATA_KINDS = ("real", "generated", "scaled", "substitute", "accounting")
 
@@ -60,7 +60,7 @@ def _load_yaml(path: Path, resolve: bool = False):
         return OmegaConf.to_container(OmegaConf.load(path), resolve=resolve)
     except YAMLError as e:
         where = getattr(e, "problem_mark", None)
-        raise ReportError(f"{path.parent.name}/{path.name}" + (f", line {where.line + 1}" if where else "")
+        raise TablesError(f"{path.parent.name}/{path.name}" + (f", line {where.line + 1}" if where else "")
                           + f": not valid YAML ({getattr(e, 'problem', None) or e})") from None
 
 
@@ -71,7 +71,7 @@ def load_targets(conf: Path, name: str) -> dict:
     exp = conf / "experiment" / f"{name}.yaml"
     tf = targets_dir(conf) / f"{name}.yaml"
     if not exp.exists():
-        raise ReportError(f"no preset conf/experiment/{name}.yaml; tables: {table_names(conf)}")
+        raise TablesError(f"no preset conf/experiment/{name}.yaml; tables: {table_names(conf)}")
     exp_node = _load_yaml(exp)
     row = (exp_node.get("table") or {}) if isinstance(exp_node, dict) else {}
     if tf.exists():
@@ -83,17 +83,17 @@ def load_targets(conf: Path, name: str) -> dict:
         if t.get("effort") != "authors":       # a row tuned on its own: the family's sources no longer apply
             t.pop("sources", None)
     else:
-        raise ReportError(f"preset {name!r} has no targets (conf/targets/{name}.yaml or table.targets in its "
+        raise TablesError(f"preset {name!r} has no targets (conf/targets/{name}.yaml or table.targets in its "
                           f"preset); tables: {table_names(conf)}")
     for key in ("paper", "item", "data"):
         if key not in t:
-            raise ReportError(f"conf/targets/{name}.yaml: missing key {key!r}")
+            raise TablesError(f"conf/targets/{name}.yaml: missing key {key!r}")
     typed = [k for k in TYPED_VERDICTS if k in t]
     if typed:
-        raise ReportError(f"conf/targets/{name}.yaml: {typed[0]!r} is computed from the record results/{name}.json "
+        raise TablesError(f"conf/targets/{name}.yaml: {typed[0]!r} is computed from the record results/{name}.json "
                           f"(`fgx repro {name}`), not written in a targets file; remove it")
     if t["data"] not in DATA_KINDS:
-        raise ReportError(f"conf/targets/{name}.yaml: data={t['data']!r}; allowed: {list(DATA_KINDS)}")
+        raise TablesError(f"conf/targets/{name}.yaml: data={t['data']!r}; allowed: {list(DATA_KINDS)}")
     t["accounting"] = exp_node.get("accounting") if isinstance(exp_node, dict) else None
     return t
 

@@ -16,7 +16,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgx.report.runs import ReportError
+from fgx.tables.errors import TablesError
 from fgx.tables.records import code_staleness, load_record, provenance, record_lock, write_record
 
 TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
@@ -78,12 +78,12 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
 
     record = load_record(conf, name)
     if not record or not record.get("runs"):
-        raise ReportError(f"{name}: no record with runs to spot-check; run `fgx repro {name} --record`")
+        raise TablesError(f"{name}: no record with runs to spot-check; run `fgx repro {name} --record`")
     seeds = [s.strip() for s in str(table_sweep(name).get("seed", "0")).split(",")]
     seed = str(seed if seed is not None else seeds[0])
     ours = [e for e in record["runs"] if str(e["overrides"].get("seed")) == seed]
     if not ours:
-        raise ReportError(f"{name}: the record has no run of seed {seed} (its seeds: "
+        raise TablesError(f"{name}: the record has no run of seed {seed} (its seeds: "
                           f"{sorted({str(e['overrides'].get('seed')) for e in record['runs']})})")
     command = " ".join(["fgx repro", name, f"seed={seed}", *(overrides or []), "--spot-check"])
     with launched_by(command):
@@ -91,10 +91,10 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
                 *(overrides or [])])
     entries, configs, refused = collect(conf, name, out, command)
     if refused:
-        raise ReportError(f"{name}: reruns that are not cells of the table: {'; '.join(refused)}")
+        raise TablesError(f"{name}: reruns that are not cells of the table: {'; '.join(refused)}")
     other_code = code_staleness({"runs": entries})
     if other_code:     # a rerun of other code verifies nothing about today's
-        raise ReportError(f"{name}: reruns in {out} were made with other code ({'; '.join(other_code[:3])}); "
+        raise TablesError(f"{name}: reruns in {out} were made with other code ({'; '.join(other_code[:3])}); "
                           f"spot-check into a fresh --out")
     key = lambda e: json.dumps(e["overrides"], sort_keys=True)
     rerun = {key(e): e for e in entries}
@@ -115,7 +115,7 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
     if res.ok:
         with record_lock(conf, name):
             if load_record(conf, name) != record:   # another job recorded into it while the reruns ran
-                raise ReportError(f"{name}: results/{name}.json changed while the spot check ran (another "
+                raise TablesError(f"{name}: results/{name}.json changed while the spot check ran (another "
                                   f"job wrote it); nothing carried over: spot-check again")
             res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, command, res))
     return res

@@ -27,7 +27,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from fgx.report.runs import IGNORED_OVERRIDES, ReportError
+from fgx.report.runs import IGNORED_OVERRIDES
+from fgx.tables.errors import TablesError
 
 SELECT = {"best": ("best", "val"), "best_client": ("best_client", "val")}
 
@@ -53,7 +54,7 @@ def table_methods(conf: Path, name: str) -> list[str]:
 
     methods = table_sweep(name).get("method")
     if methods is None:
-        raise ReportError(f"conf/experiment/{name}.yaml sweeps no `method`: fgx tune tunes a table's methods")
+        raise TablesError(f"conf/experiment/{name}.yaml sweeps no `method`: fgx tune tunes a table's methods")
     return [m.strip() for m in str(methods).split(",") if m.strip()]
 
 
@@ -63,13 +64,13 @@ def tune_spec(name: str) -> dict:
     cfg = _compose(name, [])
     source = cfg.table.get("tuned_from") if cfg.get("table") else None
     if source:
-        raise ReportError(f"{name} runs the values tuned for {source} (table.tuned_from): tune that table "
+        raise TablesError(f"{name} runs the values tuned for {source} (table.tuned_from): tune that table "
                           f"(`fgx tune {source}`), or drop tuned_from to tune this one")
     spec = OmegaConf.to_container(cfg.table, resolve=True).get("tune") if cfg.get("table") else None
     if not spec or not spec.get("grid"):
-        raise ReportError(f"conf/experiment/{name}.yaml has no table.tune.grid: nothing says how to tune it")
+        raise TablesError(f"conf/experiment/{name}.yaml has no table.tune.grid: nothing says how to tune it")
     if spec.get("select", "best") not in SELECT:
-        raise ReportError(f"{name}: table.tune.select={spec.get('select')!r}; allowed: {list(SELECT)}")
+        raise TablesError(f"{name}: table.tune.select={spec.get('select')!r}; allowed: {list(SELECT)}")
     spec.setdefault("seeds", [0])
     spec.setdefault("select", "best")
     return spec
@@ -88,17 +89,17 @@ def method_grid(name: str, method: str, spec: dict) -> Grid:
     grids = spec["grid"]
     source = method if method in grids else model if model in grids else "default"
     if source not in grids:
-        raise ReportError(f"{name}: table.tune.grid has no entry for method {method!r}, model {model!r} or `default`")
+        raise TablesError(f"{name}: table.tune.grid has no entry for method {method!r}, model {model!r} or `default`")
     keys, values = [], []
     for key, vals in grids[source].items():
         if isinstance(vals, dict) and "times" in vals:
             b = OmegaConf.select(base, key)
             if not isinstance(b, (int, float)) or isinstance(b, bool):
-                raise ReportError(f"{name}: grid key {key} ({{times: ...}}) needs a numeric value in the table "
+                raise TablesError(f"{name}: grid key {key} ({{times: ...}}) needs a numeric value in the table "
                                   f"for method {method}, found {b!r}")
             vals = [_round(b * t) for t in vals["times"]]
         if not isinstance(vals, list) or not vals:
-            raise ReportError(f"{name}: grid key {key} of {source!r} must be a list of values or {{times: [...]}}")
+            raise TablesError(f"{name}: grid key {key} of {source!r} must be a list of values or {{times: [...]}}")
         keys.append(key)
         values.append(vals)
     return Grid(keys, values, source)
@@ -112,7 +113,7 @@ def check_overrides(overrides: list[str]) -> None:
     for o in overrides:
         key = o.lstrip("+~").split("=", 1)[0]
         if not (key in IGNORED_OVERRIDES or key.startswith("hydra")):
-            raise ReportError(f"fgx tune tunes the table as its preset defines it; {o!r} would change it "
+            raise TablesError(f"fgx tune tunes the table as its preset defines it; {o!r} would change it "
                               f"(allowed: data_dir, device-free bookkeeping and hydra launcher overrides)")
 
 
@@ -135,12 +136,12 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
     methods = methods or all_methods
     unknown = [m for m in methods if m not in all_methods]
     if unknown:
-        raise ReportError(f"{name}: method(s) {unknown} are not in the table; its methods: {all_methods}")
+        raise TablesError(f"{name}: method(s) {unknown} are not in the table; its methods: {all_methods}")
     # the budget is checked over every method of the table, also when only some are (re)tuned now
     grids = {m: method_grid(name, m, spec) for m in all_methods}
     sizes = {m: len(g.points) for m, g in grids.items()}
     if len(set(sizes.values())) != 1:
-        raise ReportError(f"{name}: unequal tuning budgets (grid points per method: {sizes}); every method of a "
+        raise TablesError(f"{name}: unequal tuning budgets (grid points per method: {sizes}); every method of a "
                           f"table gets a grid of the same size")
     for m in methods:
         old = tuned_path(conf, name, m)
@@ -149,12 +150,12 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
             from fgx.loggers import flatten
             extra = sorted(set(flatten(OmegaConf.to_container(OmegaConf.load(old)))) - set(grids[m].keys))
             if extra:
-                raise ReportError(f"{old} sets {extra}, which the grid does not tune; remove the file (or those keys) "
+                raise TablesError(f"{old} sets {extra}, which the grid does not tune; remove the file (or those keys) "
                                   f"before tuning again")
     hinge = {m: hinge_keys(name, m, spec, grids[m]) for m in all_methods}
     lacking = {m: [k for k, ok in h.items() if not ok] for m, h in hinge.items() if not all(h.values())}
     if lacking:
-        raise ReportError(f"{name}: the grid leaves out a knob the comparison hinges on (table.tune.hinge): "
+        raise TablesError(f"{name}: the grid leaves out a knob the comparison hinges on (table.tune.hinge): "
                           + "; ".join(f"{m}: {', '.join(k)}" for m, k in lacking.items()))
     plan = {"table": name, "select": spec["select"], "seeds": spec["seeds"],
             "trials_per_method": next(iter(sizes.values())) * len(spec["seeds"]),
@@ -181,14 +182,14 @@ def tune(conf: Path, name: str, methods: list[str] | None = None, overrides: lis
         trials = []
         runs = [r for r in find_runs([out / m]) if r.status == "completed"]
         for point in g.points:
-            hit = [r for r in runs if all(_same(r.overrides.get(k), v) for k, v in point.items())]
+            hit = [r for r in runs if all(same_value(r.overrides.get(k), v) for k, v in point.items())]
             vals = [score(r.summary, spec["select"]) for r in hit]
             vals = [v for v in vals if v is not None]
             trials.append({"values": point, "val": sum(vals) / len(vals) if vals else None,
                            "seeds": sorted(int(r.seed) for r in hit)})
         done = [t for t in trials if t["val"] is not None and len(t["seeds"]) == len(spec["seeds"])]
         if len(done) < len(trials):
-            raise ReportError(f"{name}/{m}: {len(trials) - len(done)} of {len(trials)} trials did not complete "
+            raise TablesError(f"{name}/{m}: {len(trials) - len(done)} of {len(trials)} trials did not complete "
                               f"(see {out / m}); nothing written for this method")
         from fgx.metrics import LOWER_IS_BETTER
 
@@ -235,7 +236,7 @@ def at_edge(grid: Grid, chosen: dict[str, Any]) -> list[str]:
     return out
 
 
-def _same(a: str | None, b: Any) -> bool:
+def same_value(a: str | None, b: Any) -> bool:
     if a is None:
         return False
     try:

@@ -17,6 +17,20 @@ Node and feature requests: ``mia_deleted_nodes``: the confidence attack (Yeom et
 posterior of the true label, queried with the record as it was trained on (its embedding before the
 request), for the deleted training nodes against as many test nodes (non-members).
 
+Difference attacks (Chen et al., *When Machine Unlearning Jeopardizes Privacy*, CCS 2021): the attacker
+queried the model before the requests and queries it again after them, and scores a target by how far its
+posteriors moved (their Euclidean distance, the paper's distance feature, used as the score itself):
+- ``difference`` (edges): the served posteriors of both endpoints, before and after (each on the graph of
+  its time), summed - what a client of the service sees;
+- ``difference_weights`` (edges): both endpoints queried with their rows as they were before the requests,
+  so only the weights' change shows;
+- ``difference`` (nodes): the deleted node's record (its row as trained on), before and after.
+
+Every attack is scored for three models: ``unlearned`` (what the method released after the last
+request), ``retrained`` (from scratch on exact embeddings of D', fresh noise) and ``never_updated`` (the
+weights before the first request, served on the current graph: what a method that skipped every update
+would release).
+
 Each client scores its own pairs or nodes and the AUC needs only the scores (as ``edge_mia``)."""
 from __future__ import annotations
 
@@ -31,8 +45,13 @@ LINKTELLER_DELTA = 1e-3
 def prepare(server, requests, kind: str, link_pairs: dict | None, rng) -> dict:
     """What the attacker holds before the requests: the removed edges and never-edges (``link_pairs``
     from ``edge_mia``), or the deleted nodes and test nodes with their embeddings as trained on."""
+    before = {"W": server.W.copy()}
     if kind == "edge":
-        return {"kind": "edge", "pos": link_pairs["pos"], "neg": link_pairs["neg"]}
+        state = {"kind": "edge", "pos": link_pairs["pos"], "neg": link_pairs["neg"], "before": before}
+        for cid, nodes in _endpoints(link_pairs["pos"] + link_pairs["neg"]).items():
+            p = server.parties[cid]
+            before[cid] = {"nodes": nodes, "rows": p.prop.rows(nodes), "posteriors": posterior(server, p, nodes)}
+        return state
     members = [(cid, int(u)) for req in requests for cid, items in req.items() for u in np.ravel(items)]
     nonmembers = []
     for p in server.parties:
@@ -44,7 +63,14 @@ def prepare(server, requests, kind: str, link_pairs: dict | None, rng) -> dict:
     for label, nodes in ((1, members), (0, nonmembers)):
         for cid, u in nodes:
             rows[(label, cid, u)] = server.parties[cid].prop.rows(np.array([u]))[0]
-    return {"kind": kind, "members": members, "nonmembers": nonmembers, "rows": rows}
+    return {"kind": kind, "members": members, "nonmembers": nonmembers, "rows": rows, "before": before}
+
+
+def _endpoints(pairs) -> dict[int, np.ndarray]:
+    out: dict[int, set] = {}
+    for cid, u, v in pairs:
+        out.setdefault(cid, set()).update((int(u), int(v)))
+    return {cid: np.array(sorted(nodes), dtype=np.int64) for cid, nodes in out.items()}
 
 
 def _auc(pos, neg) -> float:
@@ -97,12 +123,21 @@ def _linkteller(server, party, uv: np.ndarray) -> np.ndarray:
     return scores
 
 
-def _edge_scores(server, pairs) -> dict[str, np.ndarray]:
+def _edge_scores(server, pairs, before: dict) -> dict[str, np.ndarray]:
     out: dict[str, list] = {"link_stealing_posterior": [], "mia_edges": [], "link_stealing_features": [],
-                            "linkteller": [], "link_stealing_raw_features": []}
+                            "linkteller": [], "link_stealing_raw_features": [], "difference": [],
+                            "difference_weights": []}
     for cid, uv in _by_party(pairs).items():
         p = server.parties[cid]
         post_u, post_v = posterior(server, p, uv[:, 0]), posterior(server, p, uv[:, 1])
+        then = before[cid]
+        at = np.searchsorted(then["nodes"], uv)                   # positions of the endpoints in the record
+        moved = [np.linalg.norm(posterior_now - then["posteriors"][at[:, k]], axis=1)
+                 for k, posterior_now in enumerate((post_u, post_v))]
+        out["difference"].append(moved[0] + moved[1])
+        same_rows = [_softmax(then["rows"][at[:, k]] @ server.W) for k in (0, 1)]
+        out["difference_weights"].append(sum(np.linalg.norm(same_rows[k] - _softmax(then["rows"][at[:, k]] @ before["W"]),
+                                                            axis=1) for k in (0, 1)))
         out["link_stealing_posterior"].append(_cosine(post_u, post_v))
         out["mia_edges"].append(-np.linalg.norm(post_u - post_v, axis=1))
         out["link_stealing_features"].append(_cosine(p.prop.rows(uv[:, 0]), p.prop.rows(uv[:, 1])))
@@ -114,21 +149,33 @@ def _edge_scores(server, pairs) -> dict[str, np.ndarray]:
 
 def evaluate(server, state: dict) -> dict[str, float]:
     """Attack AUCs against the server's current model (and its clients' current propagation state)."""
+    before = state["before"]
     if state["kind"] == "edge":
-        pos, neg = _edge_scores(server, state["pos"]), _edge_scores(server, state["neg"])
+        pos, neg = _edge_scores(server, state["pos"], before), _edge_scores(server, state["neg"], before)
         return {name: _auc(pos[name], neg[name]) for name in pos}
-    conf = {}
+    conf, moved = {}, {}
     for label, nodes in ((1, state["members"]), (0, state["nonmembers"])):
         z = np.array([state["rows"][(label, cid, u)] for cid, u in nodes])
         y = np.array([server.parties[cid].y[u] for cid, u in nodes])
-        conf[label] = _softmax(z @ server.W)[np.arange(len(nodes)), y]
-    return {"mia_deleted_nodes": _auc(conf[1], conf[0])}
+        post = _softmax(z @ server.W)
+        conf[label] = post[np.arange(len(nodes)), y]
+        moved[label] = np.linalg.norm(post - _softmax(z @ before["W"]), axis=1)
+    return {"mia_deleted_nodes": _auc(conf[1], conf[0]), "difference": _auc(moved[1], moved[0])}
 
 
-def unlearned_vs_retrained(server, state: dict) -> dict[str, float]:
-    """The attacks on the unlearned model, then on a model retrained from scratch on the exact
-    embeddings of D' (fresh noise; what the certificate compares with). Leaves the retrained model."""
+MODELS = ("unlearned", "retrained", "never_updated")
+
+
+def three_models(server, state: dict) -> dict[str, float]:
+    """Every attack's AUC for the unlearned model (the server's current weights), the never-updated one
+    (the weights before the first request, on the current graph) and a model retrained from scratch on
+    the exact embeddings of D' (fresh noise; what the certificate compares with). Leaves the retrained
+    model in place."""
     unlearned = evaluate(server, state)
+    released = server.W
+    server.W = state["before"]["W"]
+    never = evaluate(server, state)
+    server.W = released
     server.retrain_exact()
     retrained = evaluate(server, state)
     out = {}
@@ -136,5 +183,6 @@ def unlearned_vs_retrained(server, state: dict) -> dict[str, float]:
         if name == "link_stealing_raw_features":      # the same for every model: reported once
             out[f"{name}_auc"] = unlearned[name]
             continue
-        out[f"{name}_auc_unlearned"], out[f"{name}_auc_retrained"] = unlearned[name], retrained[name]
+        for model, res in zip(MODELS, (unlearned, retrained, never)):
+            out[f"{name}_auc_{model}"] = res[name]
     return out

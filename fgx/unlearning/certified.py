@@ -25,8 +25,9 @@ import torch
 from fgx.federation.channel import Message
 from fgx.unlearning.factored import FactoredHessian
 from fgx.unlearning.logreg import LocalData, batched_cg, signed_labels
-from fgx.unlearning.propagation import ExactPropagator, GPRPropagator, symmetric_adjacency
+from fgx.unlearning.propagation import ExactPropagator, GPRPropagator, exact_propagation, symmetric_adjacency
 
+GAMMA1 = 0.25      # Lipschitz constant of l' for the logistic loss (sup l'' = 1/4)
 GAMMA2 = 0.25      # Lipschitz constant of l'' for the logistic loss (Assumption 4.1)
 C1 = 1.0           # bound on |l'| for the logistic loss
 GRAM_MAX_F = 512   # spectral_norm=auto: the server keeps the aggregated F x F Gram matrix up to this F
@@ -125,11 +126,18 @@ class PartyState:
         """Z_train^T Z_train (F x F), updated by each request from the rows it changed."""
         g = self.__dict__.get("_gram")
         if g is None:
-            g = self.__dict__["_gram"] = self.local_data(num_classes).gram()
+            z = self.local_data(num_classes).z
+            g = self.__dict__["_gram"] = z.T @ z
+            # |computed - exact| <= gamma_(n_t) |Z|^T |Z| entrywise, whose Frobenius norm is <= ||Z||_F^2
+            self.__dict__["_gram_error"] = _gamma64(z.shape[0] + 2) * float((z * z).sum())
         return g
 
+    def gram_error(self) -> float:
+        """A bound on ||G_kept - Z^T Z||_F for the kept Gram G (its rounding, accumulated over its updates)."""
+        return float(self.__dict__.get("_gram_error", 0.0))
+
     def invalidate(self) -> None:
-        for k in ("_local", "_ids", "_gram"):
+        for k in ("_local", "_ids", "_gram", "_gram_error"):
             self.__dict__.pop(k, None)
 
     def current_features(self) -> np.ndarray:
@@ -204,6 +212,9 @@ class PartyState:
                 self.row_norm_max = max(self.row_norm_max, float(np.linalg.norm(new, axis=1).max()))
         if gram is not None:
             gram += new.T @ new - old.T @ old - change.removed.T @ change.removed
+            moved = float((new * new).sum() + (old * old).sum() + (change.removed * change.removed).sum())
+            self.__dict__["_gram_error"] = (self.gram_error() + _gamma64(len(new) + len(change.removed) + 5) * moved
+                                            + _gamma64(1) * float(np.linalg.norm(gram)))
         if gone.size:
             keep = np.ones(ids.size, dtype=bool)
             keep[gone] = False
@@ -237,13 +248,14 @@ class CertifiedServer:
         self.b = None
         self.train_residual = None
         self.gram = None            # aggregated Z_train^T Z_train (spectral_norm=gram)
-        self.spectral_vector = None  # warm start of the power iteration (spectral_norm=power)
-        self.residue_sums: dict[int, tuple] = {}   # cid -> (1^T R, its rounding drift, error bound)
+        self.residue_sums: dict[str, dict] = {}    # mode -> cid -> that client's residue sums
+        self.z_bound = None          # spectral_norm=incremental: an upper bound on lambda_max(Z_train^T Z_train) ...
+        self.z_exact = None          # ... and the exact value (plus margin) at the last refresh
         self.factored = FactoredHessian(self)      # solver=factored: the anchor Hessian's factors
 
     def reset_state_caches(self) -> None:
         """After the clients rebuilt their propagation state: forget what was aggregated from it."""
-        self.gram, self.spectral_vector, self.residue_sums = None, None, {}
+        self.gram, self.residue_sums, self.z_bound, self.z_exact = None, {}, None, None
         self.factored.w0 = None         # rebuilt from the new rows at the next factored solve
 
     def repropagate(self) -> float:
@@ -265,31 +277,39 @@ class CertifiedServer:
         self.train(fresh_noise=True, warm_start=False)
         return {"repropagation_s": prop_s, "train_s": time.perf_counter() - t0}
 
-    def approximation_state(self, absolute: bool = False, parties=None) -> dict:
-        """||1^T R|| over all clients' tracked residues and what the state's rounding adds to it, so that
-        ||1^T R*|| <= residue_norm + rounding_norm for the residues R* the stored reserves imply.
-        Signed sums (default): each client's implied sum 1^T R* is kept exactly (float64, see
-        ``GPRPropagator.implied_residue_colsum``); the rounding is its drift from 1^T R plus the float64
-        error bound. ``absolute``: sum |R| and the worst-case bound of sum |R* - R| (``rounding_bound``).
+    def approximation_state(self, mode: str = "theorem", parties=None) -> dict:
+        """What the propagation error adds to the gradient-residual bound, summed over all clients.
+
+        ``theorem`` (default): the per-column sums s = s_res + s_round with sum_u |Z - Z_hat|(u, j) <= s_j
+        (``certificate_sums``: tau-weighted |R| of the tracked residues, the state's rounding bound, and for
+        exact states the float64 propagation's rounding); ``error_sums`` is s, for the bound
+        c1 ||s|| + gamma1 ||Z'|| |w|^T s (docs/unlearning.md, *Theorem 1*).
+        ``paper_estimate``: ||1^T R|| with signed residues and the drift of the implied signed sums (the
+        paper's 2 c1 ||1^T R||; not a bound in general: the two-triangle example).
         ``parties``: the clients whose sums may have changed (the server keeps the others' last sums)."""
         parties = self.parties if parties is None else parties
         ids = {p.cid for p in parties}
-        fresh = [p for p in self.parties if p.cid not in self.residue_sums or p.cid in ids]
+        cache = self.residue_sums.setdefault(mode, {})
+        fresh = [p for p in self.parties if p.cid not in cache or p.cid in ids]
 
-        def sums(q):
-            tracked = q.prop.residue_colsum(absolute)
-            if absolute:
-                return {"sum": tracked, "drift": q.prop.rounding_bound(), "error": np.zeros_like(tracked)}
-            return {"sum": tracked, "drift": q.prop.implied_residue_colsum() - tracked,
+        def theorem(q):
+            res, rnd = q.prop.certificate_sums()
+            return {"res": res, "round": rnd}
+
+        def signed(q):
+            tracked = q.prop.residue_colsum()
+            return {"res": tracked, "round": q.prop.implied_residue_colsum() - tracked,
                     "error": q.prop.implied_residue_error()}
 
         for p in fresh:
-            got = self.gather("residue_sums", sums, [p])
-            self.residue_sums[p.cid] = (got["sum"], got["drift"], got["error"])
-        residue, drift, error = (np.sum([self.residue_sums[p.cid][j] for p in self.parties], axis=0)
-                                 for j in range(3))
-        return {"residue_norm": float(np.linalg.norm(residue)),
-                "rounding_norm": float(np.linalg.norm(drift) + np.linalg.norm(error))}
+            cache[p.cid] = self.gather("residue_sums", theorem if mode == "theorem" else signed, [p])
+        total = {k: np.sum([cache[p.cid][k] for p in self.parties], axis=0) for k in cache[self.parties[0].cid]}
+        if mode == "theorem":
+            return {"residue_norm": float(np.linalg.norm(total["res"])),
+                    "rounding_norm": float(np.linalg.norm(total["round"])),
+                    "residue_sums": total["res"], "error_sums": total["res"] + total["round"]}
+        return {"residue_norm": float(np.linalg.norm(total["res"])),
+                "rounding_norm": float(np.linalg.norm(total["round"]) + np.linalg.norm(total["error"]))}
 
     # -- the channel -------------------------------------------------------------------------------
     def broadcast(self, kind: str, payload: np.ndarray, parties=None) -> None:
@@ -456,20 +476,24 @@ class CertifiedServer:
         resid = np.linalg.norm(self.hvp(w, v, n_t, at_old) - delta, axis=0)   # the true residual, one more product
         return {"v": v, "cg_iterations": iters, "solve_residual": resid}
 
-    def true_gradient_norm(self) -> np.ndarray:
-        """||grad L_b(W, D')|| per class with the training rows of the exactly propagated embedding
-        (the debug quantity of the paper's Fig. 2; one exact propagation per client)."""
+    def true_gradient_norm(self, w: np.ndarray | None = None) -> np.ndarray:
+        """||grad L_b(W, D')|| per class with the training rows of the exactly propagated embedding of the
+        dataset's features (float64 propagation of the current features over the current graph; never
+        features recovered from a rounded state) - the quantity the certificate bounds (the paper's
+        Fig. 2; one exact propagation per client). ``w``: the weights to evaluate (default W)."""
         n_t = self.num_train()
-        self.broadcast("weights", self.W)
+        self.broadcast("weights", self.W if w is None else w)
 
         def part(p):
             ids = p.train_ids()
-            z = p.prop.exact_embedding()[ids]
+            z = exact_propagation(p.prop.adj, p.current_features(), p.prop.weights, p.prop.deg,
+                                  dtype=np.float64)[ids]
             loss, g = LocalData(z, signed_labels(p.y[ids], self.C)).loss_grad(p.last_w)
             return {"loss": np.array([loss]), "grad": g}
 
         agg = self.gather("loss_grad", part)
-        return np.linalg.norm(agg["grad"] + self.lam * n_t * self.W + self.b, axis=0)
+        w = self.W if w is None else w
+        return np.linalg.norm(agg["grad"] + self.lam * n_t * w + self.b, axis=0)
 
     def hessian_change_norm(self, v: np.ndarray) -> np.ndarray:
         """||(H_D' - H_D) v|| per class at the current W (the Hessian the influence step skipped);
@@ -480,36 +504,39 @@ class CertifiedServer:
                                             - p.change.old_data().hvp(p.last_w, v)}, touched)
         return np.linalg.norm(agg["hv"] - self.lam * n_removed * v, axis=0)
 
-    def certificate_terms(self, v: np.ndarray, residue_norm: str, spectral: str, touched) -> dict:
-        """||Z'|| (an upper estimate), ||Z' v|| per class and ||1^T R|| of the current residues."""
-        z_norm, spectral_info = self.spectral_norm(spectral, touched)
+    def certificate_terms(self, v: np.ndarray, residue_norm: str, spectral: str, touched, slack: float = 0.1) -> dict:
+        """||Z'|| (an upper bound), ||Z' v|| per class and the propagation error's sums."""
+        z_norm, spectral_info = self.spectral_norm(spectral, touched, slack)
         self.broadcast("newton_direction", v)
         def change_sq(p):
             g = p.__dict__.get("_gram")
             if g is None or p.num_train() <= v.shape[0]:
                 return {"sq": p.local_data(self.C).prediction_change_sq(v)}
-            # ||Z v_c||^2 = v_c^T G v_c from the kept Gram (O(F^2) instead of a pass over the rows), plus an
-            # allowance for the float64 rounding its incremental updates accumulate (~requests F 2^-53 relative)
-            return {"sq": np.maximum(np.einsum("ic,ij,jc->c", v, g, v), 0.0)
-                    + 1e-9 * float(np.trace(g)) * (v * v).sum(0)}
+            # ||Z v_c||^2 = v_c^T G v_c from the kept Gram (O(F^2) instead of a pass over the rows), plus the
+            # rounding its incremental updates accumulated (||G_kept - Z^T Z|| ||v_c||^2) and that of the product
+            vv = (v * v).sum(0)
+            quad = np.einsum("ic,ij,jc->c", v, g, v)
+            slack = (p.gram_error() + _gamma64(2 * v.shape[0] + 2) * float(np.abs(g).sum())) * vv
+            return {"sq": np.maximum(quad, 0.0) + slack}
 
         pc = self.gather("prediction_change", change_sq)
         # residue column sums and rounding bounds are maintained by the clients' states (O(F) to read);
         # only the clients a request touched can have new ones, the others' last sums are kept by the server
-        approx = self.approximation_state(residue_norm == "abs", touched)
+        approx = self.approximation_state(residue_norm, touched)
         return {"z_norm": z_norm, "zv_norm": np.sqrt(pc["sq"]), **approx, **spectral_info}
 
-    def spectral_norm(self, mode: str, touched) -> tuple[float, dict]:
-        """||Z_train|| = sqrt(lambda_max(sum_k Z_k^T Z_k)), from above.
+    def spectral_norm(self, mode: str, touched, slack: float = 0.1) -> tuple[float, dict]:
+        """An upper bound on ||Z_train|| = sqrt(lambda_max(sum_k Z_k^T Z_k)), never an estimate.
 
         ``gram``: the server keeps the aggregated F x F Gram matrix (each request's clients send the
-        change of theirs) and takes LAPACK's largest eigenvalue plus a rounding margin;
-        ``power``: warm-started power iteration on Gram products, then the residual rho = ||G v - theta v||
-        of the final Ritz pair is added (the top eigenvalue lies within rho of theta once the
-        iteration has found it) - the reference code's plain power iteration under-estimates."""
+        change of theirs) and takes LAPACK's largest eigenvalue plus a rounding margin, every request;
+        ``incremental``: that exact value at a refresh, then per request Weyl's inequality
+        lambda_max(G') <= lambda_max(G) + lambda_max(G' - G), each client bounding the top eigenvalue of its
+        Gram change N^T N - O^T O - R^T R (changed rows new / old, removed rows) exactly from the small
+        matrix of those rows; refreshed when the bound exceeds the exact norm by ``slack``."""
         F = self.parties[0].x.shape[1]
         if mode == "auto":
-            mode = "gram" if F <= GRAM_MAX_F else "power"
+            mode = "gram" if F <= GRAM_MAX_F else "incremental"
         if mode == "gram":
             if self.gram is None:
                 self.gram = self.gather("gram", lambda p: {"gram": p.gram(self.C)})["gram"]
@@ -522,34 +549,59 @@ class CertifiedServer:
                     self.gram = self.gram + upd["gram"]
             for p in sent:
                 p.__dict__["_gram_sent"] = p.gram(self.C).copy()
-            top = float(np.linalg.eigvalsh(self.gram)[-1])
-            top += 4 * F * np.finfo(float).eps * max(abs(top), float(np.abs(self.gram).max()))
-            return float(np.sqrt(max(top, 0.0))), {"spectral_iterations": 0}
-        v = np.ones(F) if self.spectral_vector is None else self.spectral_vector.copy()
-        v /= np.linalg.norm(v)
-        theta_old, it = 0.0, 0
-        for it in range(1, 201):
-            g = self._gram_matvec(v)
-            theta = float(v @ g)
-            rho = float(np.linalg.norm(g - theta * v))
-            nrm = np.linalg.norm(g)
-            if nrm == 0:
-                return 0.0, {"spectral_iterations": it}
-            if abs(theta - theta_old) <= 1e-8 * theta and rho <= 1e-3 * theta:
-                break
-            theta_old = theta
-            v = g / nrm
-        self.spectral_vector = v
-        return float(np.sqrt(theta + rho)), {"spectral_iterations": it}
+            return float(np.sqrt(_top_eigenvalue_bound(self.gram, self.num_train()))), \
+                {"spectral_iterations": 0, "spectral_refresh": 1}
+        if mode != "incremental":
+            raise ValueError(f"spectral_norm must be auto, gram or incremental, got {mode!r}")
+        refresh = self.z_bound is None
+        if not refresh:
+            moved = [p for p in touched if p.change is not None]
+            if moved:
+                got = self.gather("gram_update", lambda p: {"top": np.array([_gram_change_top(p.change)])}, moved)
+                self.z_bound += float(got["top"][0])
+            refresh = self.z_bound > (1.0 + slack) ** 2 * self.z_exact
+        if refresh:
+            def fresh_gram(p):
+                g = p.__dict__.get("_gram")
+                return {"gram": g if g is not None else p.local_data(self.C).gram()}
+            gram = self.gather("gram", fresh_gram)["gram"]
+            self.z_exact = self.z_bound = _top_eigenvalue_bound(gram, self.num_train())
+        return float(np.sqrt(self.z_bound)), {"spectral_iterations": 0, "spectral_refresh": int(refresh)}
 
-    def _gram_matvec(self, v: np.ndarray) -> np.ndarray:
-        self.broadcast("hvp_vector", v)
 
-        def part(p):
-            n_t = p.num_train()
-            g = p.__dict__.get("_gram")
-            if g is not None or n_t > v.size:        # a local F x F Gram is cheaper than two passes over the rows
-                return {"gv": p.gram(self.C) @ v}
-            return {"gv": p.local_data(self.C).gram_matvec(v)}
+def _gamma64(k: int) -> float:
+    u = np.finfo(float).eps / 2
+    return k * u / (1 - k * u)
 
-        return self.gather("gram_matvec", part)["gv"]
+
+def _top_eigenvalue_bound(gram: np.ndarray, rows: int) -> float:
+    """An upper bound on lambda_max of a Gram matrix sum_i z_i z_i^T computed in float64: LAPACK's eigenvalue
+    has a backward error of a few F u ||G||, and the Gram's own sums err by gamma_rows tr(G) (|Z|^T |Z| has
+    norm <= tr(G)); both are added."""
+    F = gram.shape[0]
+    top = float(np.linalg.eigvalsh(gram)[-1])
+    eps = np.finfo(float).eps
+    top += 4 * F * eps * max(abs(top), float(np.abs(gram).max())) + (rows + 2) * eps * float(np.trace(gram))
+    return max(top, 0.0)
+
+
+def _gram_change_top(change: RowChange) -> float:
+    """An upper bound on lambda_max(N^T N - O^T O - R^T R) for a request's changed rows (new N, old O) and
+    removed rows R. With M = [N; O; R], J = diag(1, -1, -1) and the QR factorisation M^T = Q T, the matrix
+    M^T J M = Q (T J T^T) Q^T has the eigenvalues of the small symmetric T J T^T (plus zeros): computed
+    exactly, plus a margin for Householder QR's backward error (||dM||_F <= 16 F k u ||M||_F, generously)
+    and the eigenvalue's. Beyond 1024 rows: 2 ||O||_F ||N - O||_F + ||N - O||_F^2 (removed rows only lower it)."""
+    new, old, removed = change.new, change.old, change.removed
+    m = np.vstack([new, old, removed])
+    if m.shape[0] == 0:
+        return 0.0
+    eps = np.finfo(float).eps
+    mass = float((m * m).sum())                         # ||M||_F^2
+    if m.shape[0] > 1024:
+        d = float(np.linalg.norm(new - old))
+        return (2 * float(np.linalg.norm(old)) * d + d * d) * (1 + 8 * eps * m.size)
+    signs = np.r_[np.ones(len(new)), -np.ones(len(old) + len(removed))]
+    t = np.linalg.qr(m.T, mode="r")
+    top = float(np.linalg.eigvalsh((t * signs) @ t.T)[-1])
+    qr_error = 16 * m.shape[0] * m.shape[1] * eps
+    return max(top, 0.0) + (2 * qr_error + qr_error ** 2 + 8 * m.shape[0] * eps) * mass

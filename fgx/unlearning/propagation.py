@@ -40,6 +40,26 @@ def _dtype(dtype) -> np.dtype:
     return np.dtype(dtype)
 
 
+def gamma(k: float, unit: float) -> float:
+    """Higham's gamma_k = k u / (1 - k u): the relative error bound of k rounded operations in a row."""
+    if k * unit >= 1:
+        raise ValueError(f"gamma_{k} is undefined for unit roundoff {unit}")
+    return k * unit / (1.0 - k * unit)
+
+
+def propagation_rounding_factor(weights, max_terms: int, unit: float) -> float:
+    """eta with |Z_computed - Z| <= sum_l eta_l A_hat^l |X| <= eta A_hat^l |X| entrywise, for ``exact_propagation``
+    run in a dtype of unit roundoff ``unit`` (docs/unlearning.md, *Theorem 2*). One level multiplies by the
+    rounded scales 1/sqrt(d) (two roundings each) and sums at most ``max_terms`` products: relative error
+    g = gamma_(max_terms + 6) of A_hat |h|; after l levels the error is ((1 + g)^l - 1) A_hat^l |X|, and the
+    weighted sum of the levels adds gamma_(L + 2) of sum_l |w_l| |h_l|. Returns sum_l eta_l."""
+    w = np.abs(np.asarray(weights, dtype=np.float64))
+    g = gamma(max_terms + 6, unit)
+    gl = gamma(w.size + 1, unit)
+    levels = np.arange(w.size)
+    return float((w * (((1 + g) ** levels - 1) * (1 + gl) + gl)).sum())
+
+
 def symmetric_adjacency(edge_index, num_nodes: int) -> sp.csr_matrix:
     """Undirected 0/1 adjacency with a self-loop on every node (duplicates and given loops merged).
 
@@ -151,6 +171,7 @@ class ResidueRows:
         self.colsum = np.zeros(F)           # sum_u R(u), float64
         self.abssum = np.zeros(F)           # sum_u |R(u)|
         self.sum_error = np.zeros(F)        # a bound on the float64 summation error of colsum
+        self.abs_error = np.zeros(F)        # ... and of abssum
 
     def __len__(self) -> int:
         return int((self.slot >= 0).sum())
@@ -177,6 +198,7 @@ class ResidueRows:
         self.abssum += np.abs(new).sum(0, dtype=np.float64) - np.abs(old).sum(0, dtype=np.float64)
         # recursive float64 summation of rows.size terms, then two more additions (Higham's gamma_k)
         self.sum_error += F64_UNIT * ((rows.size + 2) * moved + 2 * np.abs(self.colsum))
+        self.abs_error += F64_UNIT * ((rows.size + 2) * moved + 2 * self.abssum)
         nz = np.any(new != 0, axis=1)
         s = self.slot[rows]
         gone = (~nz) & (s >= 0)
@@ -686,6 +708,18 @@ class GPRPropagator(GraphState):
             out += r.abssum if absolute else r.colsum
         return out
 
+    def certificate_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """(s_res, s_round) per column, in O(L F) from the sums every write maintains: with
+        tau_t = sum_(l >= t) |w_l|, s_res = sum_t tau_t 1^T |R^(t)| over the tracked residues and s_round =
+        tau_0 (the rounding bound + the float64 error of the tracked |R| sums), so that the embedding
+        error summed over all nodes, sum_u |Z - Z_hat|(u, j), is at most s_res + s_round (docs/unlearning.md,
+        *Theorem 1*)."""
+        tail = np.cumsum(np.abs(self.weights)[::-1])[::-1]
+        res = np.zeros(self.F)
+        for t, r in enumerate(self.R):
+            res += tail[t] * r.abssum
+        return res, tail[0] * (self.rounding + sum(r.abs_error for r in self.R))
+
     def error_bound(self) -> float:
         """Lemma 3.1: per-column ||Z_hat - Z||_2 <= sqrt(n) L r_max."""
         return float(np.sqrt(self.n) * self.L * self.r_max)
@@ -736,28 +770,53 @@ class GPRPropagator(GraphState):
 
 class ExactPropagator(GraphState):
     """Same interface as GPRPropagator, but every change re-propagates exactly from scratch (what
-    CGU, CEU and retraining pay); keeps X and Z (n x F each), no residues."""
+    CGU, CEU and retraining pay); keeps X (as given: the dataset's values, never rounded again) and Z,
+    no residues. Z is computed in float64 whatever ``dtype`` says: the certificate covers its rounding
+    with a float64 term (``certificate_sums``), and a float32 Z's rounding would not fit the budget
+    (docs/unlearning.md, *Theorem 2*)."""
 
     r_max = 0.0
+    z_dtype = np.dtype(np.float64)
 
     def __init__(self, adj: sp.csr_matrix, x: np.ndarray, weights, dtype="float32"):
         self._own_adjacency(adj)
         self.dtype = _dtype(dtype)
-        self.x = np.array(x, dtype=self.dtype, copy=True)
+        x = np.asarray(x)
+        self.x = np.array(x, dtype=np.result_type(x.dtype, np.float32), copy=True)
         self.weights = np.asarray(weights, dtype=np.float64)
         self.L = self.weights.size - 1
         self.n, self.F = self.x.shape
-        self._z = exact_propagation(self.adj, self.x, self.weights, self.deg)
+        self._z = self._propagate()
         self.deferred = False    # True: changes only mark Z stale; it is recomputed when next read
         self._stale = False
+        self._round_sums = None
+
+    def _propagate(self) -> np.ndarray:
+        return exact_propagation(self.adj, self.x, self.weights, self.deg, dtype=self.z_dtype)
 
     @property
     def Z(self) -> np.ndarray:
         if self._stale:
             self._z = None
-            self._z = exact_propagation(self.adj, self.x, self.weights, self.deg)
+            self._z = self._propagate()
             self._stale = False
+            self._round_sums = None
         return self._z
+
+    def certificate_sums(self) -> tuple[np.ndarray, np.ndarray]:
+        """(0, s_round): no residues; s_round bounds sum_u |Z_computed - Z|(u, j) over all nodes by
+        eta 1^T D^1/2 |X| (``propagation_rounding_factor``; 1^T A_hat^l |x| <= 1^T D^1/2 |x|). O(n F), once per
+        re-propagation."""
+        if self._round_sums is None or self._stale:
+            eta = propagation_rounding_factor(self.weights, int(np.diff(self.adj.indptr).max(initial=1)),
+                                              float(np.finfo(self.z_dtype).eps) / 2)
+            mass = np.zeros(self.F)
+            sq = np.sqrt(self.deg)
+            for lo in range(0, self.n, 65536):
+                mass += (sq[lo:lo + 65536, None] * np.abs(self.x[lo:lo + 65536].astype(np.float64))).sum(0)
+            # the float64 sum above errs by gamma_(n + 2) of itself
+            self._round_sums = eta * mass * (1 + gamma(self.n + 2, F64_UNIT))
+        return np.zeros(self.F), self._round_sums
 
     def embedding(self) -> np.ndarray:
         return self.Z
@@ -815,7 +874,7 @@ class ExactPropagator(GraphState):
     def repropagate(self, x=None, threshold: float = 0.0) -> None:
         """Already exact: recompute Z on the current graph (``x``: the current features, if given)."""
         if x is not None:
-            self.x = np.array(x, dtype=self.dtype, copy=True)
+            self.x = np.array(x, dtype=self.x.dtype, copy=True)
         self._stale = True
         self.Z
 

@@ -13,6 +13,14 @@ accuracy of every client under ``--eval-model`` (local: each client's model afte
 OpenFGL's local_model_on_local_data; global: the server's model on each client's data), and the seconds of
 every round without its evaluation (``round_s``; OpenFGL evaluates every client after every round).
 
+``--scenario link`` (issue #71): OpenFGL's link_pred task on the same clients. With ``link`` entries in the
+clients file (fgx's split of each client's pairs: its training graph, labelled pairs, split masks), they are
+written as OpenFGL's own link_pred split files, so both tools train and score the same pairs; without them
+OpenFGL draws its own split. Output adds the test ROC-AUC pooled over all clients' test pairs and, per
+client, how many test positives are in the message-passing graph OpenFGL trains and scores on
+(``test_positives_in_graph``: OpenFGL 1.1.0's own split builds that graph from ``edge_index[:, ids]`` with
+ids that index its de-duplicated pair list, not the edge list, so held-out pairs reach it).
+
 ``--graph`` (scripts/bench_scale.py): the global graph is a torch file fgx wrote (``x``, ``edge_index``,
 ``y`` of a generated graph) instead of a dataset's raw files; OpenFGL's global-dataset loader is
 given it, and ``--dataset`` (a name OpenFGL accepts) only names OpenFGL's folders."""
@@ -115,6 +123,51 @@ def write_openfgl_files(args, clients_file: Path, data_dir: Path, dataset: str, 
         save_client(processed, split_dir, cid, sub, nodes, {s: spec[f"{s}_mask"] for s in SPLITS})
 
 
+def write_openfgl_link_files(args, clients_file: Path) -> None:
+    """fgx's link split of each client as OpenFGL's link_pred files (LinkPredTask.load_train_val_test_split
+    reads them instead of drawing its own): the training graph, the labelled pairs (local and global ids),
+    their labels and split masks."""
+    import torch
+    from torch_geometric.data import Data
+    from openfgl.data.distributed_dataset_loader import FGLDataset
+
+    spec = torch.load(clients_file, weights_only=True)
+    processed = Path(FGLDataset.processed_dir.fget(type("A", (), {"args": args, "distrib_root":
+                                                                 str(Path(args.root) / "distrib")})()))
+    out = processed / "link_pred" / "default_split"       # LinkPredTask.train_val_test_path
+    out.mkdir(parents=True, exist_ok=True)
+    for cid, c in enumerate(spec["link"]):
+        sub = torch.load(processed / f"data_{cid}.pt", weights_only=True)
+        torch.save(Data(x=sub.x, edge_index=c["graph"], y=sub.y), out / f"forward_data_{cid}.pt")
+        torch.save(c["pairs"], out / f"merged_edge_index_{cid}.pt")
+        torch.save(c["label"].float(), out / f"merged_edge_label_{cid}.pt")
+        for split, name in (("train", "train"), ("val", "val"), ("test", "test")):
+            torch.save(c[split], out / f"merged_edge_{name}_{cid}.pt")
+        torch.save(c["global_pairs"], out / f"glb_merged_edge_index_{cid}.pkl")
+
+
+def link_results(trainer, eval_model: str) -> tuple[float, list[dict]]:
+    """Test ROC-AUC pooled over every client's test pairs under ``eval_model``, and per client its own
+    ROC-AUC, its test pairs and the test positives found in the graph it is scored on."""
+    import torch
+    from sklearn.metrics import roc_auc_score
+
+    scores, labels, rows = [], [], []
+    for c in trainer.clients:
+        task = c.task
+        res = task.evaluate(mute=True) if eval_model == "local" else trainer.server.task.evaluate(task.splitted_data,
+                                                                                                 mute=True)
+        test = task.merged_edge_test_mask
+        y = task.merged_edge_label[test]
+        scores.append(res["logits"][test].detach().cpu())
+        labels.append(y.cpu())
+        graph = {tuple(e) for e in task.forward_data.edge_index.t().tolist()}
+        pos = task.merged_edge_index[:, test & (task.merged_edge_label == 1)].t().tolist()
+        rows.append({"auc": float(res["auc_test"]), "test_nodes": int((y == 1).sum()),
+                     "test_positives_in_graph": sum(1 for u, v in pos if (u, v) in graph or (v, u) in graph)})
+    return float(roc_auc_score(torch.cat(labels).numpy(), torch.cat(scores).numpy())), rows
+
+
 def write_openfgl_graph_files(args, clients_file: Path, data_dir: Path, dataset: str) -> None:
     """Graph level: each client's graphs as OpenFGL's graph_fl simulations save them (a subset of its
     TUDataset with ``num_global_classes`` and ``global_map``) and the written split by graph."""
@@ -182,8 +235,9 @@ def main() -> int:
     ap.add_argument("--eval-model", choices=["local", "global"], default="local")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--prepare-only", action="store_true", help="write OpenFGL's files and stop")
-    ap.add_argument("--scenario", choices=["node", "graph"], default="node",
-                    help="node: subgraph_fl node classification; graph: graph_fl graph classification")
+    ap.add_argument("--scenario", choices=["node", "graph", "link"], default="node",
+                    help="node: subgraph_fl node classification; graph: graph_fl graph classification; link: "
+                         "subgraph_fl link prediction")
     ap.add_argument("--graph", default=None, help="torch file of a generated global graph (x, edge_index, y)")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -195,23 +249,28 @@ def main() -> int:
 
     args.root = a.root
     args.dataset = [a.dataset]
-    args.simulation_mode = "subgraph_fl_louvain" if a.scenario == "node" else "graph_fl_topology_skew"
+    args.simulation_mode = "graph_fl_topology_skew" if a.scenario == "graph" else "subgraph_fl_louvain"
     if a.scenario == "graph":      # the files written below replace the simulation (its name only names the folder)
         args.scenario, args.task = "graph_fl", "graph_cls"
+    if a.scenario == "link":
+        args.task = "link_pred"
     args.num_clients = a.num_clients
     args.num_rounds = a.rounds
     args.num_epochs = a.epochs
     args.fl_algorithm = ALGORITHMS[a.algorithm]
-    args.model = ["gcn" if a.scenario == "node" else "gin"]
-    args.metrics = ["accuracy"]
+    args.model = ["gin" if a.scenario == "graph" else "gcn"]
+    args.metrics = ["auc"] if a.scenario == "link" else ["accuracy"]
     args.evaluation_mode = f"{a.eval_model}_model_on_local_data"
     args.use_cuda = False
     args.seed = a.seed
     if a.prepare_only:
-        if a.scenario == "node":
-            write_openfgl_files(args, Path(a.clients), Path(a.data_dir), a.dataset, a.graph and Path(a.graph))
-        else:
+        if a.scenario == "graph":
             write_openfgl_graph_files(args, Path(a.clients), Path(a.data_dir), a.dataset)
+        else:
+            write_openfgl_files(args, Path(a.clients), Path(a.data_dir), a.dataset, a.graph and Path(a.graph))
+        if a.scenario == "link" and "link" in torch.load(a.clients, weights_only=True):
+            allow_pyg_data_in_torch_load()
+            write_openfgl_link_files(args, Path(a.clients))
         return 0
     if a.scenario == "graph":
         # OpenFGL 1.1.0 reads a client's graphs (a pickled TUDataset subset, the files written above by this
@@ -243,9 +302,10 @@ def main() -> int:
         marks = [time.perf_counter()]
         trainer.train()
         loop_s = time.time() - t_loop
-        acc, rows = pooled_accuracy(trainer, a.eval_model)
+        acc, rows = link_results(trainer, a.eval_model) if a.scenario == "link" else pooled_accuracy(trainer, a.eval_model)
     Path(a.out).write_text(json.dumps({
-        "startup_s": t_loop - started if started else None, "train_time_s": loop_s, "accuracy": acc,
+        "startup_s": t_loop - started if started else None, "train_time_s": loop_s,
+        ("roc_auc" if a.scenario == "link" else "accuracy"): acc,
         "round_s": round_s, "eval_s": eval_s,
         "per_client": rows, "openfgl_algorithm": args.fl_algorithm, "eval_model": a.eval_model}))
     return 0

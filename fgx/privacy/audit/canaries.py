@@ -31,19 +31,35 @@ class Canaries:
         """{"epsilon": ε the mechanism claims for each canary, "delta": δ, ...}."""
         raise NotImplementedError
 
+    gdp_inputs = None    # Gaussian mechanisms: (per-release projections, templates), m x T each, for the GDP audit
+
     def report(self) -> dict:
         from fgx.privacy.audit.bound import audit
 
         claim = self.claim()
         scores = self.scores if isinstance(self.scores, dict) else {self.score_name: self.scores}
-        res = audit(scores, self.included, claim["delta"], self.p.confidence)
+        # with the GDP audit as well, the confidence is split over the two (Bonferroni)
+        conf = self.p.confidence if self.gdp_inputs is None else 1 - (1 - self.p.confidence) / 2
+        res = audit(scores, self.included, claim["delta"], conf)
         eps = claim["epsilon"]
         holds = None if eps is None else bool(res["epsilon_lb"] <= eps)
-        return {"claimed": claim, **res, "below_claim": holds, "attack": self.attack,
-                "bound": "Steinke, Nasr, Jagielski 2023, Theorem 3 (one run; best of the guess counts tried, "
-                         "confidence split over them)",
-                "meaning": "the run is not (epsilon_lb, delta)-DP for these canaries, with this confidence; "
-                           "a lower bound below the claim does not prove the claim"}
+        out = {"claimed": claim, **res, "confidence": self.p.confidence, "below_claim": holds, "attack": self.attack,
+               "bound": "Steinke, Nasr, Jagielski 2023, Theorem 3 (one run; best of the guess counts tried, "
+                        "confidence split over them)",
+               "meaning": "the run is not (epsilon_lb, delta)-DP for these canaries, with this confidence; "
+                          "a lower bound below the claim does not prove the claim"}
+        if self.gdp_inputs is not None:
+            from fgx.privacy.audit.gdp import gdp_audit
+
+            g = gdp_audit(*self.gdp_inputs, self.included, claim["delta"], conf, eps, seed=self.p.seed)
+            g.pop("scores")
+            g["below_claim"] = None if eps is None else bool(g["epsilon_lb"] <= eps)
+            g["test"] = ("Gaussian audit: the canaries' whitened matched-filter separation mu (cross-fitted), its "
+                         "lower confidence bound, and the exact (epsilon, delta) of mu_lb-GDP (fgx/privacy/audit/gdp.py)")
+            out["gdp"] = g
+            if holds is not None:
+                out["below_claim"] = bool(holds and g["below_claim"])
+        return out
 
 
 def directions(count: int, dim: int, gen: torch.Generator) -> torch.Tensor:

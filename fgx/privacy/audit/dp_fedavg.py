@@ -1,56 +1,111 @@
-"""Audit of privacy=dp_fedavg with canary clients.
+"""Audit of privacy=dp_fedavg with canary clients that take the path real clients take.
 
-Each canary is a client whose update is a fixed vector of norm ``scale``·clip along its own
-direction; in every round it joins like a real client (Poisson, rate q) if it is in the included
-half. Its update goes through the mechanism's release (the client-side clip), is summed with the
-real clients' clipped updates, and the mechanism noises the aggregate. The attacker sees each
-round's noised aggregate (the global model's step) and scores a canary by the sum over rounds of
-the aggregate's projection on the canary's direction."""
+The included half of the canaries join the run as clients of its FedAvg rounds: they are sampled by the
+algorithm's own client sampler, receive the global weights, return an update, and that update goes up
+the channel like every real client's (the mechanism's release clips it), into the server's average and
+the mechanism's noised aggregate, which moves the global model. Only the client side is the canary's
+own: instead of training, canary i returns s_ir · scale · clip · d_i in round r (d_i its own direction,
+orthonormal where the model allows, s_ir = ±1 drawn per round, so noise reused across rounds cannot hide
+behind a constant canary). The excluded half never exists in the run.
+
+The attacker sees what every client receives: the global weights of each round (and the final model),
+so the released step of round r, and scores canary i by its projections y_ir = ⟨step_r, d_i⟩: the
+matched filter Σ_r s_ir y_ir for the one-run (Steinke) bound, and the per-round vector for the GDP audit
+(fgx/privacy/audit/gdp.py)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
+from fgx.config import ConfigError
 from fgx.privacy.audit.canaries import Canaries, directions
 
 
+class CanaryClient:
+    """A canary's place among the algorithm's client states: an id after the real clients', and an empty
+    model and optimiser so that checkpoints of the states still work. It never trains."""
+
+    def __init__(self, cid: int, index: int):
+        self.cid, self.index = cid, index
+        self.model = torch.nn.Module()
+        self.optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+        self.extra: dict = {}
+
+
 class Audit(Canaries):
-    attack = ("canary clients: a fixed update of norm scale*clip along each canary's direction, sent in every "
-              "round the canary is sampled; score = sum over rounds of the noised aggregate projected on it")
+    attack = ("canary clients sampled, clipped, averaged and noised like real clients: an update of norm "
+              "scale*clip along each canary's direction with a random sign per round; score = the released "
+              "global steps projected on it (matched filter over rounds)")
 
     def __init__(self, mech, algo, ctx, p):
         super().__init__(p, ctx.seed)
-        self.mech, self.kind = mech, mech.params.update_kind
-        self.q = mech.q
-        self._aggregate = self.intercept(mech, "aggregate")      # the canaries join every aggregate of the updates
-        self.dirs = None
-        self.rounds = 0
+        from fgx.algorithms.fedavg import FedAvg
 
-    def aggregate(self, kind, payload, num_contributors, round):
-        if kind != self.kind:
-            return self._aggregate(kind, payload, num_contributors, round)
-        keys = [k for k, v in payload.items() if v.is_floating_point()]
-        shapes = [payload[k].shape for k in keys]
-        flat = torch.cat([payload[k].detach().float().cpu().reshape(-1) for k in keys])
-        if self.dirs is None:
-            self.dirs = directions(self.m, flat.numel(), self.gen)
-        joins = self.included & (self.rng.random(self.m) < self.q)
-        total = flat * num_contributors
+        if not isinstance(algo, FedAvg) or type(algo).round is not FedAvg.round or \
+                type(algo).apply_updates is not FedAvg.apply_updates:
+            raise ConfigError("privacy.audit.canaries", p.canaries,
+                              f"0 with algorithm={ctx.config.names['algorithm']}: the dp_fedavg audit's canary "
+                              "clients join FedAvg's own rounds (fedavg, fedprox and others that keep them)")
+        self.mech, self.algo, self.ctx = mech, algo, ctx
+        self.kind = mech.params.update_kind
+        self.q = mech.q
+        first = len(algo.states)
+        self.members = [CanaryClient(first + j, int(i)) for j, i in enumerate(np.flatnonzero(self.included))]
+        algo.states.extend(self.members)             # sampled by the algorithm like every client
+        self._map = ctx.executor.map
+        ctx.executor.map = self.map
+        self.signs: list[np.ndarray] = []            # per round, each canary's sign
+        self.seen: list[dict] = []                   # the global weights each round's clients received
+        self.dirs = None
+        self.keys = None
+
+    # -- the canary clients' side ----------------------------------------------------------------------
+    def map(self, fn, items, *args):
+        if fn is not type(self.algo).client_fn or not any(isinstance(s, CanaryClient) for s in items):
+            return self._map(fn, items, *args)
+        gw = args[0]
+        self._start_round(gw)
+        real = [s for s in items if not isinstance(s, CanaryClient)]
+        done = iter(self._map(fn, real, *args) if real else [])
         size = self.p.scale * self.mech.params.clip
-        for i in joins.nonzero()[0]:
-            upd = dict(zip(keys, (size * self.dirs[i]).split([s.numel() for s in shapes])))
-            upd = {k: v.view(s).to(payload[k].dtype) for (k, v), s in zip(upd.items(), shapes)}
-            sent = self.mech.release(kind, upd, src=f"canary{i}", round=round)
-            total += torch.cat([sent[k].float().reshape(-1) for k in keys])
-        n = num_contributors + int(joins.sum())
-        parts = (total / max(n, 1)).split([s.numel() for s in shapes])
-        mixed = dict(payload)
-        for k, v, s in zip(keys, parts, shapes):
-            mixed[k] = v.view(s).to(device=payload[k].device, dtype=payload[k].dtype)
-        out = self._aggregate(kind, mixed, n, round)
-        seen = torch.cat([out[k].detach().float().cpu().reshape(-1) for k in keys])
-        self.scores += (self.dirs @ seen).double().numpy()
-        self.rounds += 1
+        out = []
+        for s in items:
+            if isinstance(s, CanaryClient):
+                upd = size * self.signs[-1][s.index] * self.dirs[s.index]
+                parts = upd.split([gw[k].numel() for k in self.keys])
+                delta = {k: torch.zeros_like(v) for k, v in gw.items()}
+                for k, part in zip(self.keys, parts):
+                    delta[k] = part.view(gw[k].shape).to(dtype=gw[k].dtype, device=gw[k].device)
+                out.append((delta, float("nan")))
+            else:
+                out.append(next(done))
         return out
+
+    def _start_round(self, gw: dict) -> None:
+        if self.keys is None:
+            self.keys = [k for k, v in gw.items() if v.is_floating_point()]
+            self.dirs = directions(self.m, sum(gw[k].numel() for k in self.keys), self.gen)
+        self.seen.append({k: gw[k].detach().double().cpu().clone() for k in self.keys})
+        self.signs.append(self.rng.choice([-1.0, 1.0], self.m))
+
+    # -- the attacker's side ---------------------------------------------------------------------------
+    def _projections(self) -> np.ndarray:
+        """m x rounds: each released global step projected on each canary's direction."""
+        final = {k: v.detach().double().cpu() for k, v in self.algo.shared_weights().items() if k in self.keys}
+        models = self.seen + [final]
+        steps = [torch.cat([(b[k] - a[k]).reshape(-1) for k in self.keys]) for a, b in zip(models, models[1:])]
+        return np.stack([(self.dirs.double() @ st).numpy() for st in steps], axis=1)
+
+    def report(self) -> dict:
+        y = self._projections()
+        template = np.stack(self.signs, axis=1)[:, :y.shape[1]]
+        self.scores = (y * template).sum(1)
+        self.gdp_inputs = (y, template)
+        return super().report()
+
+    @property
+    def rounds(self) -> int:
+        return len(self.signs)
 
     def claim(self) -> dict:
         return {"epsilon": self.mech.epsilon(self.rounds), "delta": self.mech.params.delta, "rounds": self.rounds,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fgx.registry import Registry
-from fgx.report.runs import ReportError
+from fgx.tables.errors import TablesError
 
 ACCOUNTING = Registry("accounting", "fgx.tables.accounting")
 
@@ -14,5 +14,5 @@ ACCOUNTING = Registry("accounting", "fgx.tables.accounting")
 def run_accounting(name: str, t: dict, out_dir: Path):
     kind = t["accounting"].get("kind")
     if not isinstance(kind, str) or kind not in ACCOUNTING:
-        raise ReportError(f"conf/experiment/{name}.yaml: accounting.kind={kind!r}; fgx knows {ACCOUNTING.names()}")
+        raise TablesError(f"conf/experiment/{name}.yaml: accounting.kind={kind!r}; fgx knows {ACCOUNTING.names()}")
     return ACCOUNTING.get(kind).obj(name, t, out_dir)

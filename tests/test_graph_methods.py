@@ -65,7 +65,7 @@ def test_the_report_shows_whether_and_when_gcfl_split(run_fgx, monkeypatch, caps
     from fgx.algorithms.gcfl_plus import GCFLPlus
     from fgx.cli import main
 
-    monkeypatch.setattr(GCFLPlus, "client_fn", staticmethod(scaled_update))
+    monkeypatch.setattr(GCFLPlus, "client_objective", scaled_objective)
     split = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
     never = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT[:-3], "algorithm.eps1=0")   # a mean norm below 0: never
     capsys.readouterr()

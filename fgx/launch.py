@@ -110,7 +110,7 @@ def dataset_algorithm(overrides: list[str], multirun: bool) -> list[str]:
         return []
     try:
         wanted = {}
-        for job in _job_overrides(overrides, multirun):
+        for job in job_overrides(overrides, multirun):
             label = next(o for o in job if o.lstrip("+~").split("=", 1)[0] == "dataset")
             if label not in wanted:        # one composition per dataset of a sweep
                 ds = compose(job).dataset

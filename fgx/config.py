@@ -319,10 +319,9 @@ def _check_tasks(names: dict, entries: dict, task: str | None) -> None:
         if tasks is not None and task not in tasks:
             allowed, sibling = _task_siblings(group, names[group], task)
             raise ConfigError(f"{group}.name", names[group],
-                              f"{'an' if group[0] in 'aeiou' else 'a'} {group} that supports the {task!r} task of dataset '{names['dataset']}' "
-                              f"({group} '{names[group]}' supports {list(tasks)})"
-                              + (f"; did you mean {group}={sibling}?" if sibling else "")
-                              + f" Allowed: {', '.join(allowed)}")
+                              f"{'an' if group[0] in 'aeiou' else 'a'} {group} that supports the {task!r} task of dataset "
+                              f"'{names['dataset']}': one of {allowed} ({group} '{names[group]}' supports {list(tasks)})"
+                              + (f"; did you mean {group}={sibling}?" if sibling else ""))
     # a partitioner that reads a node attribute only some datasets have (by_community: data.community)
     needs = set(entries["partitioner"].meta.get("needs", ()))
     missing = needs - set(entries["dataset"].meta.get("provides", ()))

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from fgx.link.metrics import link_metrics, pos_neg
-from fgx.metrics import mean_over_clients
+from fgx.metrics import clients_skipped, mean_over_clients
 
 PAIRWISE_LIMIT = 4096      # positives up to which the bootstrap's ROC-AUC holds a positives x positives table
 
@@ -20,7 +20,8 @@ def evaluate_link(ctx, algo, splits, hits_k: list[int], local: bool, sampling_er
         parts = [pos_neg(*p[split]) for p in preds]
         per = [link_metrics(pos, neg, hits_k) for pos, neg in parts]
         pooled = link_metrics(torch.cat([p for p, _ in parts]), _rows(parts), hits_k)
-        out[split] = {"mean": mean_over_clients(per), "per_client": per, "global": pooled}
+        out[split] = {"mean": mean_over_clients(per), "per_client": per, "pooled": pooled,
+                      "skipped": clients_skipped(per)}
         if sampling_error:
             out[split]["sampling_se"] = bootstrap_se(parts, hits_k, seed=ctx.seed)
     return out

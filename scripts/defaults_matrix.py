@@ -148,6 +148,18 @@ def _fmt(x) -> str:
     return "-" if not isinstance(x, (int, float)) or x != x else f"{x:.3f}"
 
 
+def clustering(diag: dict) -> str:
+    """GCFL/GCFL+: whether and when the clients were split, and how far the closest round was from the split
+    condition (a split needs the mean update norm below eps1); empty for other algorithms."""
+    if "clusters" not in diag:
+        return ""
+    first = diag.get("first_split_round")
+    when = f"first split in round {first['min']:.0f}" if first else "never split"
+    norm = diag.get("mean_norm_over_eps1") or {}
+    return (f"{when}, {diag['clusters']['last']:.0f} cluster(s) at the end"
+            + (f"; mean update norm >= {norm['min']:.1f} x eps1" if "min" in norm else ""))
+
+
 def render(rec: dict) -> str:
     """docs/defaults.md: the families, the matrix (status per algorithm x family) and one row per case."""
     from fgx.report.table import to_markdown
@@ -190,7 +202,8 @@ def render(rec: dict) -> str:
                      f"{comp.get('model', '-')}, {comp.get('partitioner', '-')}", str(s.get("rounds") or "-"),
                      (e.get("local_work") or "-").split(" (")[0],
                      _fmt(s.get("wall_time_s")).replace(".000", "") if s else "-",
-                     (st.get("why") or (f"round {s['diverged']['round']}" if s.get("diverged") else ""))[:160]])
+                     (st.get("why") or (f"round {s['diverged']['round']}" if s.get("diverged") else "")
+                      or clustering(s.get("diagnostics") or {}))[:160]])
     lines += [to_markdown(["algorithm", "family", "status", "metric", "final", "baseline", "needs", "model, partitioner",
                            "rounds", "local work per round", "wall s", "note"], rows), ""]
     prov = rec.get("last_command") or {}

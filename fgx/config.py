@@ -281,6 +281,8 @@ def validate(cfg: DictConfig) -> Validated:
         entry = GROUPS[group].get(node["name"])
         names[group] = node["name"]
         entries[group] = entry
+        if group == "dataset":     # read by fgx/launch.py when the command line names no algorithm
+            node = {k: v for k, v in node.items() if k != DATASET_ALGORITHM_KEY}
         params[group] = build_params(entry.params, node, group) if entry.params else None
         if entry.params is None and len(node) > 1:
             extra = sorted(k for k in node if k != "name")
@@ -315,11 +317,11 @@ def _check_tasks(names: dict, entries: dict, task: str | None) -> None:
     for group in ("algorithm", "model", "partitioner"):
         tasks = entries[group].meta.get("tasks")
         if tasks is not None and task not in tasks:
-            reg = GROUPS[group]
-            fit = [n for n in reg.names() if task in (reg.get(n).meta.get("tasks") or (task,))]
+            allowed, sibling = _task_siblings(group, names[group], task)
             raise ConfigError(f"{group}.name", names[group],
-                              f"a {group} that supports the {task!r} task of dataset '{names['dataset']}': one of "
-                              f"{fit} ({group} '{names[group]}' supports {list(tasks)})")
+                              f"{'an' if group[0] in 'aeiou' else 'a'} {group} that supports the {task!r} task of dataset "
+                              f"'{names['dataset']}': one of {allowed} ({group} '{names[group]}' supports {list(tasks)})"
+                              + (f"; did you mean {group}={sibling}?" if sibling else ""))
     # a partitioner that reads a node attribute only some datasets have (by_community: data.community)
     needs = set(entries["partitioner"].meta.get("needs", ()))
     missing = needs - set(entries["dataset"].meta.get("provides", ()))
@@ -332,10 +334,27 @@ def _check_tasks(names: dict, entries: dict, task: str | None) -> None:
                           f"attribute(s) {sorted(missing)}, which only datasets {have} provide")
 
 
+def _task_siblings(group: str, name: str, task: str) -> tuple[list[str], str | None]:
+    """The components of ``group`` that support ``task``, and the one nearest ``name`` (its own
+    variant for the task first: fedssp -> fedssp_graph, gin -> gin_graph; else the closest spelling)."""
+    import difflib
+
+    from fgx.registry import GROUPS
+
+    reg = GROUPS[group]
+    allowed = [n for n in reg.names() if task in (reg.get(n).meta.get("tasks") or (task,))]
+    variants = [n for n in allowed if n.startswith(name + "_") or name.startswith(n + "_")]
+    close = variants or difflib.get_close_matches(name, allowed, n=1, cutoff=0.6)
+    return allowed, (close[0] if close else None)
+
+
 # Keys that say where and how a run is kept, not what it computes: left out of the fingerprint that
 # ties a table's record to the config that made it (`fgx repro`), and of the resume-skip check.
 BOOKKEEPING_KEYS = ("data_dir", "output", "resume", "logger", "experiment_name", "seed", "hydra")
-BOOKKEEPING_DOTTED = ("dataset.download",)
+# `dataset.default_algorithm`: the algorithm a dataset runs when the command line names none (fgx/launch.py);
+# the algorithm a run uses is in its config either way
+DATASET_ALGORITHM_KEY = "default_algorithm"
+BOOKKEEPING_DOTTED = ("dataset.download", f"dataset.{DATASET_ALGORITHM_KEY}")
 
 
 def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:

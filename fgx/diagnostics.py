@@ -19,6 +19,7 @@ MECHANISM_DIAGNOSTICS = (
     "noise_to_signal",            # FedPerGNN, dp_fedavg, metric_dp: ‖noise‖ / ‖what it is added to‖
     "kd_loss",                    # FedTAD: class-wise distillation loss after the server's steps
     "clusters",                   # GCFL: clusters after the round
+    "first_split_round",          # GCFL: the round of the first split (none: it never split)
     "mean_norm_over_eps1",        # GCFL: smallest ‖mean update‖ / eps1 over clusters (a split needs < 1 ...
     "max_norm_over_eps2",         # ... and ‖largest client update‖ / eps2 > 1 in the same cluster)
 )

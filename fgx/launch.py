@@ -12,6 +12,7 @@ from pathlib import Path
 from fgx.config import ConfigError
 
 FAILED_JOBS: list[str] = []
+DIVERGED_JOBS: list[str] = []
 
 
 def conf_dir() -> Path:
@@ -91,6 +92,74 @@ def compose(overrides: list[str], hydra: bool = False):
                              overrides=[o for o in overrides if not o.lstrip("+~").startswith("hydra")])
 
 
+def dataset_algorithm(overrides: list[str], multirun: bool) -> list[str]:
+    """``[algorithm=X]`` when the command line names no algorithm (nor a preset, which names its own) and
+    its dataset declares ``default_algorithm: X`` (graph, ranking and tabular datasets: the default job's
+    ce_fedgnn has no such task), else ``[]``. Not a Hydra defaults-list override in the dataset's file:
+    Hydra builds the defaults tree from the last entry to the first, so a choice the dataset made could
+    reach the algorithm only if the dataset came after it, and then the model an algorithm brings
+    (fedgsp -> unifilter) could no longer replace the dataset's. A sweep whose datasets declare different
+    algorithms is refused with the fix."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from fgx.config import DATASET_ALGORITHM_KEY
+
+    named = {o.lstrip("+~").split("=", 1)[0].split("@")[0] for o in overrides}
+    if "dataset" not in named or named & {"algorithm", "experiment"}:
+        return []
+    try:
+        wanted = {}
+        for job in job_overrides(overrides, multirun):
+            label = next(o for o in job if o.lstrip("+~").split("=", 1)[0] == "dataset")
+            if label not in wanted:        # one composition per dataset of a sweep
+                ds = compose(job).dataset
+                wanted[label] = ds.get(DATASET_ALGORITHM_KEY) if ds is not None else None
+    except (HydraException, OmegaConfBaseException, ValueError):
+        return []          # prevalidate reports the command line's own error
+    algos = set(wanted.values())
+    if algos == {None}:
+        return []
+    if len(algos) > 1:
+        raise SystemExit("fgx: the swept datasets run different algorithms when none is named ("
+                         + "; ".join(f"{j}: {a or 'ce_fedgnn (the default job)'}" for j, a in wanted.items())
+                         + "). Name one: algorithm=NAME, or sweep the datasets of one task together")
+    return [f"algorithm={algos.pop()}"]
+
+
+def keys_of_swept_groups(overrides: list[str], multirun: bool) -> list[str]:
+    """The overrides with ``group.key=v`` made ``++group.key=v`` where a sweep's jobs choose different
+    components (``-m dataset=chameleon_filtered,squirrel_filtered dataset.fixed_split_index=0``). Hydra
+    composes a sweep's base config without its swept values first, where ``dataset`` is still the default
+    job's and has no such key ("not in struct"); ``++`` sets the key in every job, and a job whose
+    component has no such key is then refused by name before any work (fgx/config.py)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from fgx.config import GROUP_KEYS
+
+    if not multirun:
+        return overrides
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except Exception:  # noqa: BLE001 - prevalidate reports the command line's own syntax error
+        return overrides
+    swept = {o.key_or_group for o in parsed if o.is_sweep_override()}
+    if not swept & set(GROUP_KEYS):
+        return overrides
+    from omegaconf import OmegaConf
+
+    def group_key(o: str) -> bool:
+        key = o.split("=", 1)[0]
+        return o[0] not in "+~" and "." in key and key.split(".", 1)[0] in GROUP_KEYS
+
+    try:
+        base = compose([o.input_line for o in parsed if not o.is_sweep_override() and not group_key(o.input_line)])
+    except Exception:  # noqa: BLE001 - prevalidate reports it
+        return overrides
+    return ["++" + o if group_key(o) and OmegaConf.select(base, o.split("=", 1)[0], default=None) is None else o
+            for o in overrides]
+
+
 def prevalidate(overrides: list[str], multirun: bool) -> None:
     from hydra.errors import HydraException, MissingConfigException
     from omegaconf.errors import OmegaConfBaseException
@@ -100,6 +169,7 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
     missing = missing_hydra_plugin(overrides)
     if missing:
         raise SystemExit(f"fgx: {missing}")
+    overrides = overrides + dataset_algorithm(overrides, multirun)     # what `fgx run` adds (no-op when added)
     try:
         jobs = job_overrides(overrides, multirun)
     except MissingConfigException as e:
@@ -120,6 +190,9 @@ def prevalidate(overrides: list[str], multirun: bool) -> None:
             validate(cfg)
         except ConfigError as e:
             where = f" (job: {' '.join(job)})" if multirun else ""
+            if multirun and any(o.startswith(f"++{e.key}=") for o in job):
+                where += (f". {e.key} is a key of some of the swept {e.key.split('.')[0]}s only: sweep those "
+                          f"apart, or leave the key out")
             raise SystemExit(f"fgx: {e}{where}") from None
 
 
@@ -178,7 +251,15 @@ def run(argv: list[str]) -> int:
                    "--shell-completion", "-sc"}
     multirun = "-m" in argv or "--multirun" in argv
     FAILED_JOBS.clear()
+    DIVERGED_JOBS.clear()
     overrides = _overrides_of(argv)
+    forced = keys_of_swept_groups(overrides, multirun)
+    if forced != overrides:
+        argv = [forced[overrides.index(a)] if a in overrides else a for a in argv]
+        overrides = forced
+    if "--help" not in argv and "-h" not in argv:
+        brought = dataset_algorithm(overrides, multirun)
+        argv, overrides = argv + brought, overrides + brought
     shows = {"--cfg", "-c", "--info", "-i", "--shell-completion", "-sc"}.intersection(argv)
     if multirun and shows:
         raise SystemExit(_multirun_show_message(sorted(shows)[0], overrides))
@@ -216,9 +297,10 @@ def run(argv: list[str]) -> int:
             early.append(summary.get("error", ""))
             return None
         if summary.get("status") != "completed":
-            FAILED_JOBS.append(hc.runtime.output_dir)
+            diverged = summary.get("status") == "diverged"
+            (DIVERGED_JOBS if diverged else FAILED_JOBS).append(hc.runtime.output_dir)
             with open(os.environ.get("FGX_FAILED_JOBS_FILE", failed_file), "a") as f:
-                f.write(hc.runtime.output_dir + "\n")
+                f.write(("diverged " if diverged else "") + hc.runtime.output_dir + "\n")
             return None
         _print_summary(summary)
         return summary.get("best", {}).get("val") if summary.get("best") else None
@@ -228,18 +310,27 @@ def run(argv: list[str]) -> int:
         hydra.main(config_path=str(conf_dir()), config_name="config", version_base="1.3")(job)()
     finally:
         noted = Path(failed_file).read_text().splitlines() if Path(failed_file).exists() else []
-        FAILED_JOBS.extend(d for d in noted if d not in FAILED_JOBS)
+        for line in noted:
+            bucket = DIVERGED_JOBS if line.startswith("diverged ") else FAILED_JOBS
+            d = line.removeprefix("diverged ")
+            if d not in bucket:
+                bucket.append(d)
         Path(failed_file).unlink(missing_ok=True)
     if early:
         kind, _, msg = early[0].partition(": ")
         msg = msg if kind == "ConfigError" else f"data error: {msg}" if kind == "DataError" else early[0]
         print(f"fgx: {msg}\n(stopped before the first round; no run directory was kept)", file=sys.stderr)
         return 2
+    if DIVERGED_JOBS:
+        # listed apart from failures: they ran, and their loss diverged (summary.json: diverged)
+        print(f"fgx: {len(DIVERGED_JOBS)} job(s) diverged (status diverged, not results; fgx/divergence.py); "
+              "see summary.json in: " + ", ".join(DIVERGED_JOBS), file=sys.stderr)
     if FAILED_JOBS:
         print(f"fgx: {len(FAILED_JOBS)} job(s) failed; see summary.json in: " + ", ".join(FAILED_JOBS),
               file=sys.stderr)
         return 1
-    return 0
+    # a single run that diverged did not produce a result: non-zero; a sweep lists its diverged jobs apart
+    return 1 if DIVERGED_JOBS and not multirun else 0
 
 
 # options of `fgx run` (Hydra's) that take a value
@@ -286,16 +377,24 @@ def _print_summary(summary: dict) -> None:
     t = Table(title=f"fgx: {preset + f' ({algo})' if preset else algo} on {summary['data']['name']} "
                     f"({summary['data']['source']} data), test split, mean over clients"
                     + (", before unlearning" if unl else ""))
+    n = (summary.get("partition") or {}).get("num_clients")
+    skipped = summary.get("final_clients_skipped") or {}
     t.add_column("metric")
-    t.add_column("final", justify="right")
-    t.add_column("global", justify="right")
+    t.add_column("mean over clients", justify="right")
+    t.add_column("pooled", justify="right")    # every client's test items as one set
+    if skipped:
+        t.add_column("clients", justify="right")
     for k, val in summary["final"].items():
         if k.startswith("num_"):       # counts kept for bookkeeping (users evaluated per client), not metrics
             continue
-        g = (summary.get("final_global") or {}).get(k)
+        g = (summary.get("final_pooled") or {}).get(k)
         mark = " *" if k == summary["main_metric"] else ""
-        t.add_row(k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}")
+        row = [k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}"]
+        t.add_row(*row, *([f"{n - skipped[k]} of {n}" if k in skipped and n else str(n)] if skipped else []))
     console.print(t)
+    if skipped:
+        console.print("clients: the mean leaves out clients whose value is undefined (a test split of one class "
+                      "for macro F1 and ROC-AUC, none of the minority class for its F1, or no test item)")
     if "final_test_accuracy" in unl:
         console.print(f"unlearning ({unl.get('method')}): {unl.get('requests')} {unl.get('type')} request(s); "
                       f"test accuracy {unl['initial_test_accuracy']:.4f} before, {unl['final_test_accuracy']:.4f} "

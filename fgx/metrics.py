@@ -1,4 +1,4 @@
-"""Classification metrics per client, mean over clients, and pooled ("global")."""
+"""Classification metrics per client, mean over clients, and pooled (every client's items as one set)."""
 from __future__ import annotations
 
 import numpy as np
@@ -24,13 +24,14 @@ def minority_class(train_labels: torch.Tensor, num_classes: int) -> int:
 
 def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_classes: int,
                            minority: int) -> dict[str, float]:
-    """``scores``: logits [n, C]; ``labels``: [n]. Metrics undefined on the data (no items, one
-    class for ROC-AUC) are nan and skipped by the means.
+    """``scores``: logits [n, C]; ``labels``: [n]. Metrics undefined on the data are nan and skipped
+    by the means: every metric without items; ROC-AUC and macro F1 on labels of one class; the minority
+    class's F1 without an item of that class.
 
     Computed in torch rather than with sklearn.metrics: evaluation runs per client and split every
     few rounds, and sklearn's per-call input validation (~0.1 s) dominated whole runs. The values
     equal sklearn's f1_score(average="macro"/labels=[minority]) and roc_auc_score(multi_class="ovr",
-    average="macro"); tests/test_metrics.py checks that."""
+    average="macro") where they are defined; tests/test_metrics.py checks that."""
     if labels.numel() == 0:
         return {m: float("nan") for m in CLASSIFICATION}
     y = labels.long().cpu()
@@ -42,10 +43,11 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
     support, predicted = cm.sum(1), cm.sum(0)
     denom = support + predicted
     f1 = torch.where(denom > 0, 2 * tp / denom.clamp(min=1), torch.zeros_like(tp))
+    nan = float("nan")
     out = {
         "accuracy": float((pred == y).double().mean()),
-        "f1_macro": float(f1.mean()),
-        "f1_minority": float(f1[minority]),
+        "f1_macro": float(f1.mean()) if int((support > 0).sum()) >= 2 else nan,
+        "f1_minority": float(f1[minority]) if support[minority] > 0 else nan,
         "roc_auc": _roc_auc_ovr(scores, y, k),
     }
     return out
@@ -90,6 +92,24 @@ def mean_over_clients(per_client: list[dict[str, float]]) -> dict[str, float]:
     return out
 
 
+def clients_skipped(per_client: list[dict[str, float]]) -> dict[str, int]:
+    """How many clients each mean over clients left out: their value is undefined (nan; e.g. F1 on a
+    client whose split holds one class, or no item). Only metrics with at least one such client."""
+    keys = per_client[0].keys() if per_client else []
+    out = {k: sum(1 for c in per_client if isinstance(c.get(k), float) and np.isnan(c[k])) for k in keys}
+    return {k: n for k, n in out.items() if n}
+
+
+def metric_names(requested, num_classes: int, main_metric: str | None = None) -> tuple[str, ...]:
+    """The classification metrics an evaluation computes: ``requested`` (null: all), with the main
+    metric always in, and f1_minority only on a binary task (on more classes "the minority class" is
+    one of several rare ones) unless asked for by name."""
+    names = list(requested or [m for m in CLASSIFICATION if num_classes == 2 or m != "f1_minority"])
+    if main_metric in CLASSIFICATION and main_metric not in names:
+        names.append(main_metric)          # the metric that picks the best round is always computed
+    return tuple(m for m in CLASSIFICATION if m in names)
+
+
 def grouped_classification_metrics(scores: torch.Tensor, labels: torch.Tensor, group: torch.Tensor,
                                    num_groups: int, num_classes: int, minority: int,
                                    names: tuple[str, ...] = CLASSIFICATION) -> list[dict[str, float]]:
@@ -106,16 +126,22 @@ def grouped_classification_metrics(scores: torch.Tensor, labels: torch.Tensor, g
     correct = torch.bincount(g, weights=(pred == y).double(), minlength=G)
     cm = torch.bincount((g * k + y) * k + pred, minlength=G * k * k).view(G, k, k).double()
     tp = cm.diagonal(dim1=1, dim2=2)
-    denom = cm.sum(2) + cm.sum(1)
+    support = cm.sum(2)
+    denom = support + cm.sum(1)
     f1 = torch.where(denom > 0, 2 * tp / denom.clamp(min=1), torch.zeros_like(tp))
+    # undefined, as ROC-AUC: macro F1 on a group whose labels hold one class (every prediction right
+    # scores 1 on that class and 0 on the others), a class's F1 on a group without that class's items
+    one_class = (support > 0).sum(1) < 2
     auc = _grouped_roc_auc_ovr(scores, y, g, G, k) if "roc_auc" in names else None
+    nan = float("nan")
     out = []
     for i in range(G):
         if n[i] == 0:
-            out.append({m: float("nan") for m in names})
+            out.append({m: nan for m in names})
             continue
-        row = {"accuracy": float(correct[i] / n[i]), "f1_macro": float(f1[i].mean()),
-               "f1_minority": float(f1[i, minority]), "roc_auc": float(auc[i]) if auc is not None else None}
+        row = {"accuracy": float(correct[i] / n[i]), "f1_macro": nan if one_class[i] else float(f1[i].mean()),
+               "f1_minority": float(f1[i, minority]) if support[i, minority] > 0 else nan,
+               "roc_auc": float(auc[i]) if auc is not None else None}
         out.append({m: row[m] for m in names})
     return out
 

@@ -23,11 +23,12 @@ from fgx.config import ConfigError, Validated, config_fingerprint, default_data_
 from fgx.data.base import DataEnv, DataError
 from fgx.data.checks import check_clients, check_graph
 from fgx.diagnostics import Diagnostics
-from fgx.divergence import DivergenceWatch
+from fgx.divergence import DivergenceWatch, classification_cap, holds_nan
 from fgx.federation.channel import Channel
 from fgx.federation.context import Context
+from fgx.local_work import describe as local_work
 from fgx.loggers import make_logger
-from fgx.metrics import (CLASSIFICATION, grouped_classification_metrics, improves,
+from fgx.metrics import (CLASSIFICATION, clients_skipped, grouped_classification_metrics, improves,
                          mean_over_clients, minority_class)
 from fgx.outputs import RunDir
 from fgx.privacy.audit import attach as attach_audit, audited_name
@@ -95,7 +96,9 @@ def process_start_time() -> float | None:
 
 
 class Evaluator:
-    """Per-client metrics on each split, their mean over clients, and the pooled ("global") values."""
+    """Per-client metrics on each split, their mean over clients (``skipped``: how many clients each mean left
+    out, their value undefined), and the pooled values (every client's items as one set; not the server's
+    model, which is `eval_model=global`)."""
 
     def __init__(self, ctx: Context, data, params=None, metrics: list[str] | None = None,
                  main_metric: str | None = None):
@@ -104,10 +107,7 @@ class Evaluator:
         self.ctx = ctx
         self.params = params or EvalParams()
         info = ctx.info
-        names = list(metrics or CLASSIFICATION)
-        if main_metric in CLASSIFICATION and main_metric not in names:
-            names.append(main_metric)          # the metric that picks the best round is always computed
-        self.names = tuple(m for m in CLASSIFICATION if m in names)
+        self.names = metric_names(metrics, info.num_classes, main_metric)
         self.task = info.task
         if info.task == "node" and getattr(data, "train_mask", None) is not None:
             self.minority = minority_class(data.y[data.train_mask], info.num_classes)
@@ -137,7 +137,8 @@ class Evaluator:
             kept = [{split: m.pop("_items", None) for split, m in p.items()} for p in per]
             for split in per[0]:
                 pc = [p[split] for p in per]
-                out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": None}
+                out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "pooled": None,
+                              "skipped": clients_skipped(pc)}
             if items and "test" in out and all(k.get("test") is not None for k in kept):
                 out["test"]["items"] = [k["test"] for k in kept]
             return out
@@ -151,7 +152,8 @@ class Evaluator:
             pc = grouped_classification_metrics(scores, labels, client, len(preds), k, self.minority, self.names)
             pooled = grouped_classification_metrics(scores, labels, torch.zeros_like(labels), 1, k, self.minority,
                                                     self.names)[0]
-            out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "global": pooled}
+            out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "pooled": pooled,
+                          "skipped": clients_skipped(pc)}
             if items and split == "test":
                 e, cache = self.params, self.__dict__.setdefault("_item_ids", {})
                 out[split]["items"] = [
@@ -201,9 +203,10 @@ def run(cfg: DictConfig, run_dir: str | Path, multirun: bool = False) -> dict:
             earlier = rd.read_json("summary.json")
             # a completed run's summary carries its code fingerprint; an interrupted run's does not yet,
             # and its checkpoint, which carries its own, is judged where it is loaded (_resume)
-            changed = _code_changed_since(earlier) if earlier.get("status") == "completed" else []
-            if earlier.get("status") == "completed" and earlier.get("config_sha") == summary["config_sha"] \
-                    and not changed:
+            # a diverged run ended as deterministically as a completed one: rerunning it gives the same end
+            finished = earlier.get("status") in ("completed", "diverged")
+            changed = _code_changed_since(earlier) if finished else []
+            if finished and earlier.get("config_sha") == summary["config_sha"] and not changed:
                 log.info("already completed with this config and code; kept as it is (%s)", rd.path)
                 return earlier
             other = [f"other code ({'; '.join(changed[:3])})"] if changed else []
@@ -361,6 +364,8 @@ def _build(v: Validated, rd: RunDir) -> Job:
     canaries = attach_audit(privacy, algo, ctx, audited_name(v))     # None unless privacy.audit.canaries > 0
     main_metric = top.main_metric or info.main_metric
     evaluator = Evaluator(ctx, ds.data, top.eval, top.metrics, main_metric)
+    work = local_work(v.names["algorithm"], v.params["algorithm"], clients, info.task)
+    log.info("local work: %s; %d rounds", work["text"], top.rounds)
     return Job(v, ds, clients, pstats, ctx, algo, channel, privacy, executor, cover, canaries, evaluator, main_metric)
 
 
@@ -426,7 +431,8 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
     loop.startup_s = time.time() - started if started is not None and loop.start_round == 1 else None
     local_eval = top.eval_model == "local"
     last_ckpt = time.time()
-    divergence, diagnostics = DivergenceWatch(), Diagnostics()
+    divergence = DivergenceWatch(cap=classification_cap(job.info.task, job.info.num_classes))
+    diagnostics = Diagnostics()
     try:
         for r in range(loop.start_round, top.rounds + 1):
             t_round = time.time()
@@ -443,20 +449,26 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
             evaluate = r % top.eval_every == 0 or r == top.rounds
             # a method without a training loss (certified_lr's closed-form solve) prints none
             status = f"loss {stats['loss']:.4f}" if isinstance(stats.get("loss"), (int, float)) else ""
-            if (note := divergence.update(r, stats.get("loss"))) is not None:
+            loss = stats.get("loss")
+            if isinstance(loss, float) and loss != loss and not holds_nan(algo.state_dict()):
+                loss = None        # no client trained this round (mean_loss of none): no loss, not a NaN one
+            if (note := divergence.update(r, loss)) is not None:
                 log.warning(note)
+                evaluate = True        # the diverged round's model is scored once, then the loop stops
             diagnostics.update(stats)
             if evaluate:
-                res = job.evaluator(algo, local=local_eval, complete=r == top.rounds, items=True)
+                res = job.evaluator(algo, local=local_eval, complete=r == top.rounds or note is not None,
+                                    items=True)
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
                 for split, m in res.items():
                     rd.append_jsonl("metrics.jsonl", {
                         "round": r, "split": split, **{f"train_{k}" if k == "loss" else k: val
                                                         for k, val in stats.items()},
-                        "mean": m["mean"], "global": m["global"], "per_client": m["per_client"],
+                        "mean": m["mean"], **({"clients_skipped": m["skipped"]} if m["skipped"] else {}),
+                        "pooled": m["pooled"], "per_client": m["per_client"],
                         "bytes_cumulative": cum_bytes, "wall_time_s": time.time() - t_loop})
-                    metric_logger.log(r, split, {**m["mean"], **({f"global_{k}": x for k, x in m["global"].items()}
-                                                                 if m["global"] else {})})
+                    metric_logger.log(r, split, {**m["mean"], **({f"pooled_{k}": x for k, x in m["pooled"].items()}
+                                                                 if m["pooled"] else {})})
                 loop.last = res
                 sel = "val" if "val" in res else "test"      # a dataset without a validation split
                 val = res[sel]["mean"].get(main_metric)
@@ -471,7 +483,7 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
                 status += f"  {sel} {main_metric} {val:.4f}" if val is not None else ""
                 # a checkpoint rewrites the whole state: at most once per checkpoint_every_s (and after the
                 # last round), not at every evaluation of a fast run
-                if top.output.checkpoint and (r == top.rounds or time.time() - last_ckpt >= top.output.checkpoint_every_s):
+                if note is None and top.output.checkpoint and (r == top.rounds or time.time() - last_ckpt >= top.output.checkpoint_every_s):
                     last_ckpt = time.time()
                     rd.save_checkpoint({**loop.identity, "code": code_fingerprint(),
                                         "round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
@@ -479,6 +491,8 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
                                         "best": loop.best, "client_best": loop.client_best,
                                         "elapsed_s": time.time() - t_loop})
             progress.update(r, status.strip(), evaluate)
+            if note is not None:
+                break
     finally:
         ACTIVITY.start(None)
         progress.close()
@@ -497,7 +511,8 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
         loop.items.update(last, False, [])
     privacy.finish(algo)
     unlearning = v.entries["unlearning"].obj(v.params["unlearning"])
-    unl = unlearning.run(job.ctx, algo)
+    # nothing to unlearn from a model that stopped training where it diverged
+    unl = unlearning.run(job.ctx, algo) if loop.diverged is None else None
     if unl is not None:
         rd.write_json("unlearning.json", unl)
     comm = channel.report()
@@ -512,10 +527,13 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     pstats = job.pstats
     sampling = loop.items.summary(info.num_classes, job.evaluator.minority, job.evaluator.names)
     summary.update({
-        "status": "completed",
+        # diverged: stopped at the round its loss diverged (fgx/divergence.py); never averaged as completed
+        "status": "completed" if loop.diverged is None else "diverged",
         "main_metric": job.main_metric,
         "final": last["test"]["mean"],
-        "final_global": last["test"]["global"],
+        # every client's test items as one set (not the server's model: that is eval_model=global)
+        "final_pooled": last["test"]["pooled"],
+        "final_clients_skipped": last["test"].get("skipped") or {},   # clients each mean of `final` left out
         # bootstrap replicates of each model state's test metrics over the test items, drawn alike in every
         # run (fgx/resampling.py): what a table's ordering test needs of the evaluation data; and the
         # final state's standard error from them
@@ -555,6 +573,10 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     if unl is not None:
         summary["unlearning"] = unl.get("summary", {k: unl[k] for k in list(unl)[:8] if not isinstance(unl[k], list)})
     rd.write_json("summary.json", summary)
+    if loop.diverged is not None:
+        log.error("run diverged at round %d of %d (%s): status diverged, its metrics are not results; run "
+                  "directory: %s", loop.diverged["round"], top.rounds, loop.diverged["rule"], rd.path)
+        return summary
     log.info("done in %.1fs: test %s = %.4f (mean over %d clients); run directory: %s",
              summary["wall_time_s"], job.main_metric, summary["final"].get(job.main_metric, float("nan")),
              len(job.clients), rd.path)
@@ -585,9 +607,15 @@ def _data_path(v: Validated, top, info) -> Path | None:
 
 def test_majority(data, task: str) -> dict:
     """The share of the test split's most common class (what predicting one class scores): the floor a
-    classifier's test accuracy must clear (`fgx repro` checks baselines against it)."""
-    prefix = {"node": "", "graph": "graph_"}.get(task, "edge_")
+    classifier's test accuracy must clear (`fgx repro` checks baselines against it). Regression: the test
+    MSE of predicting the training targets' mean, the floor a regressor's MSE must beat."""
+    prefix = {"node": "", "graph": "graph_", "regression": ""}.get(task, "edge_")
     y, mask = getattr(data, prefix + "y", None), getattr(data, prefix + "test_mask", None)
+    if task == "regression" and y is not None and mask is not None and y.dtype.is_floating_point:
+        train = getattr(data, prefix + "train_mask", None)
+        if train is None or not bool(train.any()) or not bool(mask.any()):
+            return {}
+        return {"test_mean_mse": float(((y[mask].double() - y[train].double().mean()) ** 2).mean())}
     if y is None or mask is None or y.dim() != 1 or y.dtype.is_floating_point:
         return {}
     yy = y[mask]

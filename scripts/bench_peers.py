@@ -293,7 +293,8 @@ def main() -> int:
                     raise RuntimeError("fgx did not train on the written clients (test items per client differ)")
                 return {"train_s": s["train_time_s"], "startup_s": s.get("startup_s"), "process_s": r.wall_s,
                         "rss_mb": r.peak_rss_mb, "eval_model": s.get("eval_model"),
-                        "acc": (s["final_global"] or {}).get("roc_auc" if a.scenario == "link" else "accuracy")}
+                        "acc": (s.get("final_pooled") or s.get("final_global") or {}).get(
+                            "roc_auc" if a.scenario == "link" else "accuracy")}
             return go
 
         def peer_variant(algo: str):

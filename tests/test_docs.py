@@ -137,6 +137,20 @@ def _resolve(job: tuple[DocCommand, Path]) -> str | None:
     return check_resolves(cmd, tmp, tmp)
 
 
+# what fgx says when a command needs an optional extra that is not installed (pyproject's extras; `all`: every one)
+NEEDS_AN_EXTRA = ("is not installed here (pip install -e '.[", "install Ray first: pip install -e '.[ray]'",
+                  "Could not find 'hydra/sweeper/optuna'", "Could not find 'hydra/launcher/")
+
+
+def needs_an_absent_extra(problem: str) -> bool:
+    """A command that needs an optional package absent here (the `test` extra alone): not a docs problem."""
+    from fgx.launch import missing_hydra_plugin
+
+    if "Could not find 'hydra/sweeper/optuna'" in problem:
+        return missing_hydra_plugin(["hydra/sweeper=optuna"]) is not None
+    return any(s in problem for s in NEEDS_AN_EXTRA)
+
+
 def _resolution_key(c: DocCommand) -> tuple:
     """What a command's resolution depends on (not where it is written)."""
     return (tuple(c.argv), tuple(sorted(c.env.items())), tuple(sorted(c.marks.items())), c.inline,
@@ -161,9 +175,15 @@ def test_every_documented_command_resolves(tmp_path):
                              initializer=_start_resolver) as pool:
         results = list(pool.map(_resolve, [(c, tmp_path) for c in firsts]))
     problems = [f"{c.where}: fgx {' '.join(c.argv)}\n    -> {p}"
-                for first, p in zip(firsts, results) if p is not None
+                for first, p in zip(firsts, results) if p is not None and not needs_an_absent_extra(p)
                 for c in by_key[_resolution_key(first)]]
     assert not problems, f"{len(problems)} documented command(s) do not resolve:\n" + "\n".join(problems)
+    skipped = [f"fgx {' '.join(c.argv)}" for c, p in zip(firsts, results) if p is not None and needs_an_absent_extra(p)]
+    if skipped:       # the `test` extra alone: CI (`all`) resolves them
+        import warnings
+
+        warnings.warn(f"{len(skipped)} documented command(s) need an optional extra not installed here, not "
+                      f"resolved (pip install -e '.[all]'): " + "; ".join(skipped[:5]))
 
 
 def test_marks_are_written_as_the_docs_test_reads_them():

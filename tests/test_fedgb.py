@@ -170,7 +170,7 @@ def test_the_release_archive_is_verified_then_extracted(tmp_path):
     from fgx.data.base import DataEnv
     from fgx.data.fedgb import FedGBParams, load_fedgb
 
-    pytest.importorskip("zstandard")
+    pytest.importorskip("zstandard", reason="zstandard is not installed (pip install -e '.[fedgb]')")
     make_fedgb_export(tmp_path / "src")
     archive = release_archive(tmp_path / "src", tmp_path / "download")
     env = DataEnv(tmp_path, 0, logging.getLogger("t"))

@@ -56,6 +56,26 @@ def test_gcfl_plus_splits_the_clients_whose_update_norm_sequences_diverge(run_fg
     assert D[:3, 3:].min() > 10 * max(D[:3, :3].max(), D[3:, 3:].max())
     assert torch.allclose(torch.tensor(dtw_distances([[1.0, 2.0], [1.0, 3.0]], False)),
                           torch.tensor([[0.0, 1.0], [1.0, 0.0]], dtype=torch.double))
+    # whether and when it split, beside the accuracy (issue #66): summary.json and `fgx report`
+    diag = json.loads((rd / "summary.json").read_text())["diagnostics"]
+    assert diag["first_split_round"]["last"] == 3 and diag["clusters"]["last"] == 2
+
+
+def test_the_report_shows_whether_and_when_gcfl_split(run_fgx, monkeypatch, capsys):
+    from fgx.algorithms.gcfl_plus import GCFLPlus
+    from fgx.cli import main
+
+    monkeypatch.setattr(GCFLPlus, "client_objective", scaled_objective)
+    split = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT)
+    never = run_fgx("algorithm=gcfl_plus", *GROUPS, *SPLIT[:-3], "algorithm.eps1=0")   # a mean norm below 0: never
+    capsys.readouterr()
+    assert main(["report", str(split), str(never), "--by", "algorithm.eps1"]) == 0
+    lines = [l for l in capsys.readouterr().out.splitlines() if l.startswith("|")]
+    cols = [c.strip() for c in lines[0].strip("|").split("|")]
+    rows_ = {r[0]: dict(zip(cols, r)) for r in ([c.strip() for c in l.strip("|").split("|")] for l in lines[2:])}
+    assert "accuracy" in cols, lines
+    assert rows_["1000000000.0"]["first_split_round"] == "3.0000" and rows_["1000000000.0"]["clusters"] == "2.0000", lines
+    assert rows_["0"]["first_split_round"] == "-" and rows_["0"]["clusters"] == "1.0000", lines
 
 
 def test_gcfl_cosine_cut_does_not_see_the_norm_trend(run_fgx, monkeypatch):
@@ -226,3 +246,40 @@ def test_gcfl_plus_standardised_dtw_ignores_each_sequence_scale():
     d = dtw_distances(seqs, standardize=True)
     assert d[0, 1] == pytest.approx(0.0, abs=1e-9) and d[0, 2] > 0.1
     assert dtw_distances(seqs, standardize=False)[0, 1] > 1.0
+
+
+def test_ssp_attention_by_size_buckets_equals_padding_every_graph_to_the_largest():
+    """FedSSP's transformer over each graph's eigenvalues runs per bucket of similar-size graphs (issue #66:
+    padding to the client's largest graph made a Mutagenicity step ~40 s); in eval mode its filters equal
+    those of one attention call over every graph padded to the largest, and buckets pad far less."""
+    import networkx as nx
+    from torch_geometric.data import Data
+    from torch_geometric.utils import from_networkx
+
+    from fgx.models.ssp import SSP as Model, SSPParams, spectral_cache
+
+    sizes = [3, 4, 5, 9, 10, 12, 30, 31, 80]
+    graphs = [from_networkx(nx.gnp_random_graph(n, 0.3, seed=n)) for n in sizes]
+    offs = torch.tensor([0] + sizes).cumsum(0)
+    ei = torch.cat([g.edge_index + offs[i] for i, g in enumerate(graphs)], 1)
+    view = Data(x=torch.randn(sum(sizes), 3), edge_index=ei, num_nodes=sum(sizes),
+                graph=torch.arange(len(sizes)).repeat_interleave(torch.tensor(sizes)), graph_y=torch.zeros(len(sizes)))
+    c = spectral_cache(view)
+    torch.manual_seed(0)
+    m = Model(SSPParams(hidden=8, heads=2, layers=1), 3, 2).eval()
+    got = m.filters(c)
+    # the reference: every graph padded to the largest, one attention call
+    eig = m.eig_encoder(c["eig"])
+    tok_graph, G, big = view.graph, len(sizes), max(sizes)
+    pad = eig.new_zeros(G, big, eig.size(1))
+    pad[tok_graph, c["tok_pos"]] = eig
+    mask = torch.ones(G, big, dtype=torch.bool)
+    mask[tok_graph, c["tok_pos"]] = False
+    q = m.mha_norm(pad)
+    att, _ = m.mha(q, q, q, key_padding_mask=mask, need_weights=False)
+    pad = pad + att
+    pad = pad + m.eig_ffn(m.ffn_norm(pad))
+    want = m.decoder(pad[tok_graph, c["tok_pos"]])
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+    padded = sum(rows * length ** 2 for rows, length in c["bucket_shape"])
+    assert padded < 0.2 * G * big ** 2 and sum(r for r, _ in c["bucket_shape"]) == G

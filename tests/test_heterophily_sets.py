@@ -142,4 +142,6 @@ def test_a_missing_dataset_offline_names_data_dir(tmp_path):
             load_heterophilous(HeterophilousParams(dataset="chameleon_filtered"), env(tmp_path))
     msg = str(e.value)
     assert "downloading them failed" in msg and "data_dir=<data root>" in msg and "damaged" not in msg, msg
+    # the folder the loader reads, not its parent (issue #66: the message named <root>/chameleon_filtered)
+    assert f"not in {tmp_path / 'chameleon_filtered' / 'raw'} " in msg and msg.endswith("chameleon_filtered/raw"), msg
     assert not [p for p in tmp_path.rglob("*") if p.name.endswith(".lock") or ".tmp-" in p.name]

@@ -19,7 +19,7 @@ def summary(run_dir: Path) -> dict:
 def test_link_on_cora_runs_offline_and_reports_auc_hits_mrr(run_fgx, data_root):
     s = summary(run_fgx(*CORA, "algorithm=fedavg", f"data_dir={data_root}"))
     assert s["status"] == "completed" and s["data"]["task"] == "link" and s["main_metric"] == "roc_auc"
-    assert set(s["final"]) == {"roc_auc", "mrr", "hits@10", "hits@50"} and set(s["final_global"]) == set(s["final"])
+    assert set(s["final"]) == {"roc_auc", "mrr", "hits@10", "hits@50"} and set(s["final_pooled"]) == set(s["final"])
     assert set(s["sampling_se"]) == set(s["final"]) and all(v > 0 for v in s["sampling_se"].values())
     assert s["data"]["link_source_task"] == "node" and s["data"]["link_cross_client"] == "exclude"
     part = json.loads((Path(s["run_dir"]) / "partition.json").read_text())
@@ -277,7 +277,7 @@ def test_each_method_learns_link_prediction_on_cora(run_fgx, data_root, algo):
 def test_other_methods_refuse_task_link_naming_the_allowed_ones(run_fgx, data_root, algo):
     with pytest.raises(SystemExit) as e:
         run_fgx("task=link", "dataset=cora", f"algorithm={algo}", f"data_dir={data_root}")
-    assert (f"algorithm.name='{algo}' is not allowed; allowed: a algorithm that supports the 'link' task of dataset "
+    assert (f"algorithm.name='{algo}' is not allowed; allowed: an algorithm that supports the 'link' task of dataset "
             f"'planetoid': one of ['fedavg', 'fedper', 'fedprox', 'local', 'moon', 'scaffold']") in str(e.value)
 
 

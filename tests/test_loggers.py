@@ -15,7 +15,7 @@ def _test_rows(run_dir):
 
 @pytest.mark.slow   # optional integrations (tensorboard, mlflow extras): ~30 s each loaded
 def test_tensorboard_events_match_metrics(run_fgx, tiny_cfg):
-    pytest.importorskip("tensorboard")
+    pytest.importorskip("tensorboard", reason="tensorboard is not installed (pip install -e '.[tensorboard]')")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     run = run_fgx(*tiny_cfg, "logger=tensorboard")
@@ -30,7 +30,7 @@ def test_tensorboard_events_match_metrics(run_fgx, tiny_cfg):
 
 @pytest.mark.slow
 def test_mlflow_local_store_matches_metrics(run_fgx, tiny_cfg):
-    pytest.importorskip("mlflow")
+    pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -e '.[mlflow]')")
     from mlflow.tracking import MlflowClient
 
     run = run_fgx(*tiny_cfg, "logger=mlflow", "experiment_name=tiny")

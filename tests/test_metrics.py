@@ -56,3 +56,32 @@ def test_grouped_metrics_equal_the_per_client_ones_bit_for_bit(k):
                 assert (v != v and got[i][key] != got[i][key]) or v == got[i][key], (trial, i, key)
     only = grouped_classification_metrics(scores, y, group, G, k, k - 1, names=("accuracy",))
     assert all(set(r) == {"accuracy"} for r in only)
+
+
+def test_a_one_class_client_has_no_f1_and_the_mean_says_it_skipped_it():
+    """Issue #66: under label skew a client whose test split holds one class scored accuracy 1, macro F1
+    0.5 and minority F1 0, and those two dragged the means over clients. Both are undefined there now
+    (as ROC-AUC), the means leave such clients out, and clients_skipped counts them."""
+    from fgx.metrics import clients_skipped, grouped_classification_metrics
+
+    y = torch.tensor([0, 0, 0, 0, 1, 0, 1])
+    group = torch.tensor([0, 0, 0, 1, 1, 2, 2])       # client 0: one class (the majority), all right
+    scores = torch.nn.functional.one_hot(y, 2).float()
+    pc = grouped_classification_metrics(scores, y, group, 3, 2, minority=1)
+    assert pc[0]["accuracy"] == 1.0
+    assert all(np.isnan(pc[0][m]) for m in ("f1_macro", "f1_minority", "roc_auc"))
+    assert pc[1]["f1_macro"] == 1.0 and pc[1]["f1_minority"] == 1.0
+    assert mean_over_clients(pc)["f1_macro"] == 1.0 and mean_over_clients(pc)["accuracy"] == 1.0
+    assert clients_skipped(pc) == {"f1_macro": 1, "f1_minority": 1, "roc_auc": 1}
+    # a one-class client of the minority class: its minority F1 is defined, macro F1 is not
+    only_minority = classification_metrics(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), 2, 1)
+    assert only_minority["f1_minority"] == 1.0 and np.isnan(only_minority["f1_macro"])
+
+
+def test_f1_minority_is_computed_for_binary_tasks_only_unless_named():
+    from fgx.metrics import metric_names
+
+    assert "f1_minority" in metric_names(None, 2) and "f1_minority" not in metric_names(None, 7)
+    assert metric_names(None, 7, main_metric="f1_minority") == ("accuracy", "f1_macro", "f1_minority", "roc_auc")
+    assert metric_names(["accuracy", "f1_minority"], 7) == ("accuracy", "f1_minority")
+    assert metric_names(["accuracy"], 2, main_metric="roc_auc") == ("accuracy", "roc_auc")

@@ -187,7 +187,7 @@ def test_sampled_edge_runs_are_bit_identical_across_processes(tmp_path):
         subprocess.run([sys.executable, "-m", "fgx.cli", "run", *cfg, f"hydra.run.dir={d}"], cwd=tmp_path,
                        check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                        env={**os.environ, "CI": "true", "OMP_NUM_THREADS": "2"})
-        finals.append([{k: r[k] for k in ("round", "split", "train_loss", "mean", "global", "per_client")}
+        finals.append([{k: r[k] for k in ("round", "split", "train_loss", "mean", "pooled", "per_client")}
                        for r in read_jsonl(d / "metrics.jsonl")])
     assert finals[0] == finals[1]
 

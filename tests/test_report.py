@@ -230,7 +230,7 @@ def test_the_printed_run_summary_shows_metrics_not_bookkeeping_counts(capsys):
 
     _print_summary({"components": {"algorithm": "lpsfed"}, "data": {"name": "movielens100k", "source": "real"},
                     "final": {"ndcg@20": 0.21234, "recall@20": 0.3, "num_users": 235.75},
-                    "final_global": {}, "main_metric": "ndcg@20", "wall_time_s": 1.0, "peak_rss_mb": 10,
+                    "final_pooled": {}, "main_metric": "ndcg@20", "wall_time_s": 1.0, "peak_rss_mb": 10,
                     "total_bytes": 0, "run_dir": "r"})
     out = capsys.readouterr().out
     assert "ndcg@20 *" in out and "0.2123" in out and "num_users" not in out and "235.7500" not in out

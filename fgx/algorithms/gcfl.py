@@ -86,6 +86,7 @@ class GCFL(FedAvg):
         super().setup()
         self.clusters: list[list[int]] = [[s.cid for s in self.states]]
         self.cluster_models = [self.global_model]
+        self.first_split: int | None = None
         self.warmup = self.params.warmup_rounds      # null resolved in check_config
         self.ctx.log.info("gcfl: clusters may split from round %d of %d", max(self.warmup, 1), self.ctx.rounds)
 
@@ -136,6 +137,8 @@ class GCFL(FedAvg):
                 self.cluster_models.append(copy_model(model))
                 groups = [(k, a), (len(self.clusters) - 1, b)]
                 splits += 1
+                self.ctx.log.info("gcfl: round %d split cluster %d into %s and %s", r, k, self.clusters[k],
+                                  self.clusters[-1])
             else:
                 groups = [(k, list(range(len(members))))]
             for ck, idx in groups:
@@ -144,7 +147,11 @@ class GCFL(FedAvg):
                 add_delta(self.cluster_models[ck], avg)
         self.ctx.record("gcfl_clusters", {"clusters": [sorted(c) for c in self.clusters]})
         closest = min(ratios)          # the cluster nearest the split condition
+        if splits and self.first_split is None:
+            self.first_split = r
         return {"loss": mean_loss(losses), "clusters": float(len(self.clusters)), "splits": float(splits),
+                # NaN until a cluster splits: fgx report's column is empty ("-") for a run that never split
+                "first_split_round": float(self.first_split) if self.first_split is not None else math.nan,
                 "mean_norm_over_eps1": closest[0], "max_norm_over_eps2": closest[1]}
 
     def observe(self, received: list, r: int) -> None:
@@ -171,10 +178,11 @@ class GCFL(FedAvg):
                 "cluster_models": [m.state_dict() for m in self.cluster_models],
                 "optimizers": [s.optimizer.state_dict() for s in self.states],
                 # each client's own model: what a download leaves (e.g. BatchNorm statistics) is its state too
-                "client_models": [s.model.state_dict() for s in self.states]}
+                "client_models": [s.model.state_dict() for s in self.states], "first_split": self.first_split}
 
     def load_state_dict(self, state: dict) -> None:
         self.clusters = [list(c) for c in state["clusters"]]
+        self.first_split = state.get("first_split")
         self.cluster_models = [copy_model(self.global_model) for _ in state["cluster_models"]]
         for m, sd in zip(self.cluster_models, state["cluster_models"]):
             m.load_state_dict(sd)

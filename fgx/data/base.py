@@ -51,10 +51,12 @@ def load_ecosystem(name: str, folder: Path, build):
     except Exception as e:  # noqa: BLE001 - any loader failure becomes one clear message
         detail = str(e).strip().splitlines()[-1][:200] if str(e).strip() else ""
         if _is_network_error(e):
-            raise DataError(f"dataset {name!r}: its files are not under {folder} and downloading them failed "
+            # PyG's and OGB's loaders read their raw files from <folder>/raw (processed/ is built beside it)
+            raw = Path(folder) / "raw"
+            raise DataError(f"dataset {name!r}: its files are not in {raw} and downloading them failed "
                             f"({type(e).__name__}: {detail}). Without network, point data_dir at a data root that "
                             f"holds them (data_dir=<data root>; docs/datasets.md lists where each dataset's files "
-                            f"go), or copy them to {folder}") from e
+                            f"go), or copy them to {raw}") from e
         raise DataError(f"dataset {name!r}: could not load the files under {folder} ({type(e).__name__}: {detail}). "
                         f"If a raw file is damaged, replace it with an intact copy (or delete {folder}/raw so the "
                         f"loader downloads it again); processed/ is rebuilt from raw/ when deleted") from e

@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from fgx.link.metrics import link_metrics, pos_neg
-from fgx.metrics import SAMPLING_REPS, SAMPLING_SEED, copy_draws, mean_over_clients
+from fgx.metrics import SAMPLING_REPS, SAMPLING_SEED, clients_skipped, copy_draws, mean_over_clients
 
 PAIRWISE_LIMIT = 4096      # positives up to which the bootstrap's ROC-AUC holds a positives x positives table
 PAIR_ID_BASE = 1 << 31     # a pair's id: smaller global node id * base + larger (node ids stay below 2^31)
@@ -33,7 +33,8 @@ def evaluate_link(ctx, algo, splits, hits_k: list[int], local: bool, items: bool
         parts = [pos_neg(*p[split]) for p in preds]
         per = [link_metrics(pos, neg, hits_k) for pos, neg in parts]
         pooled = link_metrics(torch.cat([p for p, _ in parts]), _rows(parts), hits_k)
-        out[split] = {"mean": mean_over_clients(per), "per_client": per, "global": pooled}
+        out[split] = {"mean": mean_over_clients(per), "per_client": per, "pooled": pooled,
+                      "skipped": clients_skipped(per)}
         if items and split == "test":
             out[split]["items"] = [LinkItems(pos, neg, positive_ids(c.data, split, pos.numel()), tuple(hits_k))
                                    for c, (pos, neg) in zip(ctx.clients, parts)]

@@ -25,7 +25,7 @@ class ReportError(ValueError):
 @dataclass
 class Run:
     path: Path
-    status: str                                   # completed | failed | running | not started | unreadable
+    status: str                                   # completed | diverged | failed | running | not started | unreadable
     overrides: dict[str, str] = field(default_factory=dict)
     summary: dict = field(default_factory=dict)
     error: str | None = None

@@ -110,13 +110,26 @@ def to_latex(header: list[str], rows: list[list[str]]) -> str:
 
 
 def problems_text(rep: Report) -> str:
+    """The runs left out of the table: those that diverged (they ran; their loss diverged, so their
+    numbers are no result) apart from those that failed or did not finish."""
+    from fgx.divergence import RULE, describe
+
     if not rep.problems:
         return ""
-    lines = [f"{len(rep.problems)} run(s) not in the table (failed or incomplete):"]
-    for r in rep.problems:
-        label = " ".join(f"{k}={v}" for k, v in r.overrides.items() if not k.startswith("hydra"))
-        lines.append(f"  - {r.path} [{r.status}] {label}: {r.error or ''}".rstrip(": "))
+    diverged = [r for r in rep.problems if r.status == "diverged"]
+    other = [r for r in rep.problems if r.status != "diverged"]
+    lines = []
+    if diverged:
+        lines.append(f"{len(diverged)} run(s) diverged, not in the table ({RULE}; fgx/divergence.py):")
+        lines += [f"  - {r.path} {_label(r)}: {describe(r.summary.get('diverged') or {})}" for r in diverged]
+    if other:
+        lines.append(f"{len(other)} run(s) not in the table (failed or incomplete):")
+        lines += [f"  - {r.path} [{r.status}] {_label(r)}: {r.error or ''}".rstrip(": ") for r in other]
     return "\n".join(lines)
+
+
+def _label(r: Run) -> str:
+    return " ".join(f"{k}={v}" for k, v in r.overrides.items() if not k.startswith("hydra"))
 
 
 def render(rep: Report, fmt: str = "markdown") -> str:

@@ -246,6 +246,10 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
         res.files.append(path)
     else:
         res = table_from_runs(name, t, _runs(out))
+    diverged = [r for r in _runs(out) if r.status == "diverged"] if entries else []
+    if diverged:     # never in the record (only completed runs are cells): said beside the table
+        from fgx.report.table import Report, problems_text
+        res.problems = (res.problems + "\n" if res.problems else "") + problems_text(Report([], [], None, diverged, diverged))
     if refused:
         res.problems = (res.problems + "\n" if res.problems else "") + \
             "not recorded (not a cell of the table as the preset defines it): " + "; ".join(refused)

@@ -312,7 +312,6 @@ def _check_tasks(names: dict, entries: dict, task: str | None) -> None:
     here, before any work, naming the ones that do."""
     if task is None:
         return
-    from fgx.registry import GROUPS
 
     for group in ("algorithm", "model", "partitioner"):
         tasks = entries[group].meta.get("tasks")

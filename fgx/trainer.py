@@ -28,7 +28,7 @@ from fgx.federation.channel import Channel
 from fgx.federation.context import Context
 from fgx.local_work import describe as local_work
 from fgx.loggers import make_logger
-from fgx.metrics import (CLASSIFICATION, clients_skipped, grouped_classification_metrics, improves,
+from fgx.metrics import (clients_skipped, grouped_classification_metrics, improves, metric_names,
                          mean_over_clients, minority_class)
 from fgx.outputs import RunDir
 from fgx.privacy.audit import attach as attach_audit, audited_name

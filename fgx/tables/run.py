@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
 import time
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from fgx.tables.checks import (Check, ReproResult, effort_check, equal_rows_chec
                                table_from_runs)
 from fgx.tables.render import markdown
 from fgx.tables.records import (code_staleness, data_staleness, kernel_sets, load_record, merge, provenance,
-                                results_dir, run_entry,
+                                run_entry,
                                 update_record, write_record)
 from fgx.tables.seeds import seeds_note
 from fgx.tables.spec import cell_config, load_targets, sweep_keys, table_sweep, table_sweeps, targets_sha

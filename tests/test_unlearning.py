@@ -490,6 +490,14 @@ def test_fgx_run_scalegun_writes_unlearning_json(run_fgx, tiny_cfg):
     for key in ("total_s", "propagation_s", "certificate_s"):     # the summary's means are the rows'
         assert s[f"mean_{key}"] == pytest.approx(np.mean([r[key] for r in rows])) and s[f"mean_{key}"] > 0
     assert out["setup"]["dtype"] == "float32" and out["setup"]["epsilon1"] > 0
+    # the whole C-class model's guarantee, (C eps, C delta) by basic composition, beside the per-class one
+    per_class, whole = out["setup"]["certificate_per_class"], out["setup"]["whole_model"]
+    from omegaconf import OmegaConf
+    classes = OmegaConf.load(run / ".hydra" / "config.yaml").dataset.num_classes     # csbm's, 5
+    assert whole["classes"] == classes and whole["composition"].startswith("basic composition")
+    assert whole["epsilon"] == pytest.approx(classes * per_class["epsilon"])
+    assert whole["delta"] == pytest.approx(classes * per_class["delta"])
+    assert (s["whole_model_epsilon"], s["whole_model_delta"]) == (whole["epsilon"], whole["delta"])
     from fgx.report.plots import make_figure
     fig = make_figure([run], kind="bounds")          # the paper's Fig. 2 from the run
     assert [ln.get_label() for ln in fig.axes[0].lines] == ["worst-case bound", "data-dependent bound", "true norm"]

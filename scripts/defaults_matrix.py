@@ -47,6 +47,8 @@ FAMILIES = (
     Family("recommendation", "ranking", ("dataset=movielens100k",), "MovieLens-100K (real), spectral clients"),
     Family("decentralised", "regression", ("dataset=synthetic_regression",),
            "generated Housing-like regression, 15 nodes on a topology"),
+    Family("link prediction", "link", ("task=link", "dataset=cora"),
+           "Cora's edges as node pairs (task=link: random 80/10/10 split), Louvain, 10 clients"),
 )
 # beside one dataset per family: the cases an issue named (FedGSP must learn on real heterophilous data)
 EXTRA = (("fedgsp", Family("heterophilous node (real)", "node", ("dataset=minesweeper",),

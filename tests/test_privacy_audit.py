@@ -27,6 +27,8 @@ TASK_CFG = {
               "partitioner.num_clients=3", "model=gin_graph", "model.hidden=8", "model.layers=2"],
     "regression": ["dataset=diabetes", "partitioner=topology", "partitioner.graph=karate", "model=mlp_tabular",
                    "algorithm.k=1", "algorithm.b=1"],   # gossip runs have rounds = k * b
+    "link": ["task=link", "dataset=csbm", "dataset.num_nodes=240", "dataset.num_features=12", "partitioner=random",
+             "partitioner.num_clients=3", "model=gcn", "model.hidden=8"],
 }
 # algorithm-specific extras for the tiny run (a model it needs, fewer local steps)
 ALGO_CFG: dict[str, list[str]] = {"fedmf": ["model=mf"], "pfedrec": ["model=lightgcn"],
@@ -305,7 +307,7 @@ def test_no_payload_carries_raw_data(preset, name, task, audited, run_fgx):
     if task not in TASK_CFG:
         pytest.fail(f"algorithm '{name}' supports task {task!r}: add a tiny {task} config to TASK_CFG "
                     f"in tests/test_privacy_audit.py so that it is audited")
-    graph = ["algorithm.fanouts=null"] if task == "graph" and "fanouts" in (REPO / "conf" / "algorithm" /
+    graph = ["algorithm.fanouts=null"] if task in ("graph", "link") and "fanouts" in (REPO / "conf" / "algorithm" /
                                                                         f"{preset}.yaml").read_text() else []
     run = run_fgx(*TASK_CFG[task], f"algorithm={preset}", *[o for o in ALGO_CFG.get(name, []) if task != "edge" or not o.startswith("dataset.")], *graph, "rounds=1", "eval_every=1",
                   "output.checkpoint=false")

@@ -49,17 +49,20 @@ def item_ids(algo, client, task: str, splits, subset: int | None, seed: int, lab
     key = (client.cid, tuple(splits), subset, split)
     if cache is not None and key in cache and cache[key][0] is view:
         return cache[key][1]
-    ids = _global_ids(view, client, task, splits, subset, seed, labels, split)
+    found = algo.__dict__.get("_eval_items", {}).get((client.cid, tuple(splits), subset))
+    items = found[1] if found is not None and found[0] is view else None    # what predict found: not again
+    ids = _global_ids(view, client, task, splits, subset, seed, labels, split, items)
     if cache is not None:
         cache[key] = (view, ids)
     return ids
 
 
-def _global_ids(view, client, task, splits, subset, seed, labels, split) -> torch.Tensor | None:
+def _global_ids(view, client, task, splits, subset, seed, labels, split, items=None) -> torch.Tensor | None:
     from fgx.algorithms.base import eval_items
 
     try:
-        local, y = eval_items(view, task, tuple(splits), subset, seed, client.cid)[split]
+        local, y = (items if items is not None else eval_items(view, task, tuple(splits), subset, seed,
+                                                                client.cid))[split]
     except (AttributeError, KeyError, TypeError):
         return None
     local, y = local.cpu(), y.cpu()

@@ -391,10 +391,12 @@ def test_dp_dsgd_run_counts_gossip_messages_and_accounts(run_fgx):
     acc = _json(rd / "privacy.json")
     assert acc["noise"]["sens2_ldp"] == pytest.approx(2.0) and acc["epsilon"] == pytest.approx(4.8866, abs=1e-3)
     assert summ["privacy"]["epsilon"] == acc["epsilon"] and acc["trust_model"] == "ldp"
-    # the noise reaches the models: at μ = 0.001 the nodes are far from the noise-free run
+    # the noise reaches the models: at μ = 0.001 the nodes are far from the noise-free run, so far that the
+    # run ends diverged (fgx/divergence.py: exit 1, its last scored round kept)
     clean = _json(run_fgx("algorithm=dsgd", *DECENTRAL) / "summary.json")["final"]["mse"]
-    loud = _json(run_fgx("algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.mu=0.001", *DECENTRAL) / "summary.json")
-    assert loud["final"]["mse"] > 10 * clean
+    loud = _json(run_fgx("algorithm=dp_dsgd", "privacy=mf_gdp", "privacy.mu=0.001", *DECENTRAL, expect_rc=1)
+                 / "summary.json")
+    assert loud["status"] == "diverged" and loud["final"]["mse"] > 10 * clean
 
 
 def test_noise_free_dsgd_is_deterministic_and_rounds_are_checked(run_fgx):

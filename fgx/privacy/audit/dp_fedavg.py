@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from fgx.config import ConfigError
+from fgx.federation.client import ClientUpdate, LocalLoss, local_update
 from fgx.privacy.audit.canaries import Canaries, directions
 
 
@@ -42,7 +43,7 @@ class Audit(Canaries):
         from fgx.algorithms.fedavg import FedAvg
 
         if not isinstance(algo, FedAvg) or type(algo).round is not FedAvg.round or \
-                type(algo).apply_updates is not FedAvg.apply_updates:
+                type(algo).aggregate is not FedAvg.aggregate:
             raise ConfigError("privacy.audit.canaries", p.canaries,
                               f"0 with algorithm={ctx.config.names['algorithm']}: the dp_fedavg audit's canary "
                               "clients join FedAvg's own rounds (fedavg, fedprox and others that keep them)")
@@ -61,7 +62,7 @@ class Audit(Canaries):
 
     # -- the canary clients' side ----------------------------------------------------------------------
     def map(self, fn, items, *args):
-        if fn is not type(self.algo).client_fn or not any(isinstance(s, CanaryClient) for s in items):
+        if fn is not local_update or not any(isinstance(s, CanaryClient) for s in items):
             return self._map(fn, items, *args)
         gw = args[0]
         self._start_round(gw)
@@ -76,7 +77,7 @@ class Audit(Canaries):
                 delta = {k: torch.zeros_like(v) for k, v in gw.items()}
                 for k, part in zip(self.keys, parts):
                     delta[k] = part.view(gw[k].shape).to(dtype=gw[k].dtype, device=gw[k].device)
-                out.append((delta, float("nan")))
+                out.append(ClientUpdate(delta, LocalLoss(float("nan"), float("nan"), 0.0)))
             else:
                 out.append(next(done))
         return out

@@ -240,7 +240,8 @@ class TopParams:
                                                      f"missing: {hint}) or 'none'")
 
 
-GROUP_KEYS = ("dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor")
+GROUP_KEYS = ("dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor",
+              "secure_aggregation")
 
 
 @dataclass
@@ -372,5 +373,8 @@ def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:
     priv = c.get("privacy")
     if isinstance(priv, dict) and isinstance(priv.get("audit"), dict) and not priv["audit"].get("canaries"):
         c["privacy"] = {k: v for k, v in priv.items() if k != "audit"}
+    # secure_aggregation=none (plain FedAvg aggregation) is what every run computed before the group existed
+    if isinstance(c.get("secure_aggregation"), dict) and c["secure_aggregation"].get("name") == "none":
+        del c["secure_aggregation"]
     sha = hashlib.sha256(json.dumps(c, sort_keys=True, default=str).encode()).hexdigest()[:16]
     return c, sha

@@ -89,6 +89,9 @@ ALGORITHMS = Registry("algorithm", "fgx.algorithms")
 PRIVACY = Registry("privacy", "fgx.privacy")
 UNLEARNING = Registry("unlearning", "fgx.unlearning")
 EXECUTORS = Registry("executor", "fgx.federation")
+# secure_aggregation=X is registered in fgx/federation/secure.py (the group's one module)
+SECURE_AGGREGATION = Registry("secure_aggregation", "fgx.federation")
 
 GROUPS: dict[str, Registry] = {r.group: r for r in
-                               (DATASETS, PARTITIONERS, MODELS, ALGORITHMS, PRIVACY, UNLEARNING, EXECUTORS)}
+                               (DATASETS, PARTITIONERS, MODELS, ALGORITHMS, PRIVACY, UNLEARNING, EXECUTORS,
+                                SECURE_AGGREGATION)}

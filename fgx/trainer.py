@@ -350,13 +350,14 @@ def _build(v: Validated, rd: RunDir) -> Job:
     algo_cls = v.entries["algorithm"].obj
     privacy = v.entries["privacy"].obj(v.params["privacy"])
     executor = v.entries["executor"].obj(v.params["executor"])
-    messages = algorithm_messages(algo_cls, v.params["algorithm"])
+    secure = v.entries["secure_aggregation"].obj(v.params["secure_aggregation"], top.seed)
+    messages = secure.messages(algorithm_messages(algo_cls, v.params["algorithm"]), algo_cls)
     channel = Channel(messages, privacy=privacy, features_public=info.features_public)
     cover = coverage(v.entries["privacy"].obj, v.params["privacy"], messages)   # checked in validate()
     ctx = Context(clients=clients, info=info, config=v, params=v.params["algorithm"],
                   model_params=v.params["model"], model_builder=model_builder(v),
                   channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,
-                  log=log, global_data=ds.data)
+                  log=log, global_data=ds.data, secure_aggregation=secure)
     privacy.bind(ctx)
     algo = algo_cls(ctx)
     executor.start_round(top.seed, 0)   # client-side randomness is seeded per (seed, round, client)

@@ -34,6 +34,10 @@ class Algorithm:
     # (``client_objective`` builds the round's); None (the default): some of its client work is its own.
     # executor=batched asks it, before work starts, whether every client call can run as one batch
     objective: type[Objective] | None = None
+    # why its server needs each client's update on its own (clustering on individual updates, a robust
+    # aggregator that compares them); None: a sum of the updates is all it reads. secure_aggregation=
+    # pairwise_mask|ckks refuses a method that gives a reason (fgx/federation/secure.py)
+    needs_individual_updates: str | None = None
 
     def __init__(self, ctx):
         self.ctx = ctx

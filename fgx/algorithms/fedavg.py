@@ -66,6 +66,13 @@ class FedAvg(Algorithm):
         them stay in ``self.received`` (chosen states, updates) for server-side steps that follow the
         average (FedTAD's distillation)."""
         ch = self.ctx.channel
+        secure = self.ctx.secure_aggregation
+        if secure is not None and secure.active:     # the server learns the weighted average only
+            self.received = None
+            mean, stats = secure.average(ch, [s.cid for s in chosen], [u.delta for u in updates],
+                                         aggregation_weights(chosen, self.params.weighting), r) \
+                if chosen else (zero_delta(self.shared_weights()), {})
+            return mean, {"loss": mean_loss(u.loss.loss for u in updates), **stats}
         deltas = [ch.send(self.up, u.delta, src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
         self.received = (chosen, deltas)
         # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises

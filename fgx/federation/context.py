@@ -26,6 +26,7 @@ class Context:
     log: logging.Logger
     global_data: Any = None       # the global graph: for evaluation/diagnostics only, never for training
     extras: dict = field(default_factory=dict)   # per-round records an algorithm wants written
+    secure_aggregation: Any = None   # fgx/federation/secure.py: how FedAvg's server sums the updates (None: in clear)
 
     @property
     def rounds(self) -> int:

@@ -181,13 +181,14 @@ def test_a_ckks_run_scores_as_the_plain_run(run_fgx, tiny_cfg, recorded):
 # -- refusals --------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("overrides,reason", [
-    (["algorithm=gcfl"], "cosine similarities of its clients' individual updates"),
+    (["algorithm=gcfl"], "cosine similarity of their individual updates"),
     (["algorithm=gcfl_plus"], "DTW distances"),
-    (["algorithm=fedpub"], "functional embedding"),
-    (["algorithm=fedtad"], "distils from each client's own model"),
+    (["algorithm=fedpub"], "personalised similarity weights"),
+    (["algorithm=fedtad"], "distils from each client's received update"),
     (["algorithm=fedprox"], "aggregate phase of its own"),
     (["algorithm=fedavg", "privacy=dp_fedavg", "algorithm.weighting=uniform", "algorithm.client_sampling=poisson",
       "algorithm.client_fraction=0.5"], "noises the aggregate on the server"),
+    (["algorithm=fedavg", "aggregator.pre=clip"], "aggregator.pre=clip works on each update"),
 ])
 @pytest.mark.parametrize("scheme", ["pairwise_mask", "ckks"])
 def test_methods_that_need_individual_updates_are_refused_with_the_reason(overrides, reason, scheme):
@@ -195,6 +196,15 @@ def test_methods_that_need_individual_updates_are_refused_with_the_reason(overri
     with pytest.raises(ConfigError, match="secure_aggregation.name") as e:
         validate(cfg)
     assert reason in str(e.value)
+
+
+def test_a_robust_aggregator_is_refused():
+    from fgx.federation.secure import refusal
+
+    v = validate(compose(["dataset=csbm", "algorithm=fedavg"]))
+    assert refusal(v) is None
+    v.names["aggregator"] = "krum"
+    assert "aggregator 'krum' compares the individual updates" in refusal(v)
 
 
 def test_fedavg_and_its_aggregate_phase_heirs_are_accepted():

@@ -59,9 +59,8 @@ def min_cut(weights: torch.Tensor) -> tuple[list[int], list[int]]:
 
 @ALGORITHMS.register("gcfl", params=GCFLParams, tasks=("node", "edge", "graph"))
 class GCFL(FedAvg):
+    needs_individual_updates = "GCFL clusters clients by the cosine similarity of their individual updates"
     messages = {"cluster_weights": Message("down"), "update": Message("up", release=True)}
-    needs_individual_updates = ("GCFL splits a cluster on the cosine similarities of its clients' individual "
-                                "updates and on the largest update's norm")
 
     @classmethod
     def check_config(cls, params, validated) -> None:

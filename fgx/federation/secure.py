@@ -65,9 +65,12 @@ def refusal(validated) -> str | None:
                 f"client adding its share before masking, is not implemented)")
     if names["privacy"] != "none":
         return f"privacy '{names['privacy']}' works on the clear update messages, which secure aggregation replaces"
-    aggregator = names.get("aggregator")       # the robust aggregators (issue 70's defences)
+    aggregator = names.get("aggregator")       # the robust aggregators (fgx/federation/robust.py)
     if aggregator not in (None, "mean"):
         return f"aggregator '{aggregator}' compares the individual updates; secure aggregation gives the server only their sum"
+    pre = getattr(validated.params.get("aggregator"), "pre", "none")
+    if pre != "none":
+        return f"aggregator.pre={pre} works on each update on the server; secure aggregation gives it only their sum"
     return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 import torch
@@ -210,6 +211,18 @@ def test_a_robust_aggregator_is_refused():
 def test_fedavg_and_its_aggregate_phase_heirs_are_accepted():
     for algo in (["algorithm=fedavg"], ["algorithm=fedper"], ["algorithm=fedgcn", "algorithm.hops=0"]):
         validate(compose(["dataset=csbm", *algo, "secure_aggregation=pairwise_mask"]))
+
+
+def test_the_accepted_algorithms_are_those_docs_threats_md_names():
+    """docs/threats.md lists the algorithms secure aggregation accepts: FedAvg and the methods that inherit
+    its aggregate phase without a reason to read individual updates."""
+    from fgx.federation.secure import accepts_algorithm
+    from fgx.registry import ALGORITHMS
+
+    accepted = sorted(n for n in ALGORITHMS.names() if accepts_algorithm(ALGORITHMS.get(n).obj))
+    assert accepted == ["adafgl", "fedavg", "fedgcn", "fedgnn", "fedper", "fedsage_plus", "fedstar", "swift_fedgnn"]
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "threats.md").read_text()
+    assert "accepted: " + ", ".join(f"`{n}`" for n in accepted) in doc
 
 
 def test_ckks_without_tenseal_is_refused_naming_the_extra(monkeypatch):

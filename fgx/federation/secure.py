@@ -44,16 +44,23 @@ class NoSecureAggregation:
 SECURE_AGGREGATION.register("none")(NoSecureAggregation)
 
 
-def refusal(validated) -> str | None:
-    """Why this run cannot aggregate securely (None: it can)."""
+def accepts_algorithm(algo_cls) -> bool:
+    """FedAvg and the methods that inherit its aggregate phase as it is, with no reason to read updates one
+    by one: secure aggregation replaces that phase's weighted average and nothing else."""
     from fgx.algorithms.fedavg import FedAvg
 
+    return (isinstance(algo_cls, type) and issubclass(algo_cls, FedAvg) and algo_cls.aggregate is FedAvg.aggregate
+            and not getattr(algo_cls, "needs_individual_updates", None))
+
+
+def refusal(validated) -> str | None:
+    """Why this run cannot aggregate securely (None: it can)."""
     names, entries = validated.names, validated.entries
     algo, algo_cls = names["algorithm"], entries["algorithm"].obj
     reason = getattr(algo_cls, "needs_individual_updates", None)
     if reason:
         return f"algorithm '{algo}' needs the individual updates: {reason}"
-    if not (isinstance(algo_cls, type) and issubclass(algo_cls, FedAvg) and algo_cls.aggregate is FedAvg.aggregate):
+    if not accepts_algorithm(algo_cls):
         return (f"algorithm '{algo}' has an aggregate phase of its own: secure aggregation replaces FedAvg's "
                 f"weighted average of the clients' updates (fedavg and the methods that inherit its aggregate phase)")
     from fgx.privacy.base import PrivacyMechanism

@@ -238,3 +238,31 @@ def test_more_dropouts_than_the_threshold_allows_is_refused_at_validation():
     with pytest.raises(ConfigError, match="secure_aggregation.dropout"):
         validate(compose(["dataset=csbm", "algorithm=fedavg", "secure_aggregation=pairwise_mask",
                           "secure_aggregation.dropout=0.5"]))
+
+
+# -- the default changes nothing --------------------------------------------------------------------
+
+def test_none_leaves_the_config_fingerprint_of_earlier_records_unchanged():
+    from omegaconf import OmegaConf
+
+    from fgx.config import config_fingerprint
+
+    cfg = compose(["algorithm=fedavg", "dataset=cora"])
+    c = OmegaConf.to_container(cfg, resolve=True)
+    assert c["secure_aggregation"] == {"name": "none"}
+    older = {k: v for k, v in c.items() if k != "secure_aggregation"}    # a record's config from before issue 70
+    assert config_fingerprint(cfg)[1] == config_fingerprint(older)[1]
+    assert validate(OmegaConf.create(older)).names["secure_aggregation"] == "none"
+    masked = compose(["algorithm=fedavg", "dataset=cora", "secure_aggregation=pairwise_mask"])
+    assert config_fingerprint(masked)[1] != config_fingerprint(cfg)[1]
+
+
+def test_a_round_that_samples_no_client_moves_nothing_under_secure_aggregation(run_fgx, tiny_cfg, recorded):
+    """Poisson sampling may choose nobody: no protocol message, a zero update, the run goes on."""
+    import json
+
+    rd = run_fgx(*tiny_cfg, "algorithm.client_sampling=poisson", "algorithm.client_fraction=0.05",
+                 "secure_aggregation=pairwise_mask")
+    rounds = {a[4] for a in recorded["sent"] if a[0] == "masked_update"}
+    assert rounds < {1, 2, 3}          # at least one of the three rounds chose nobody (seed 0)
+    assert json.loads((rd / "summary.json").read_text())["status"] == "completed"

@@ -36,6 +36,9 @@ def dtw_distances(seqs: list[list[float]], standardize: bool) -> np.ndarray:
 
 @ALGORITHMS.register("gcfl_plus", params=GCFLPlusParams, tasks=("node", "edge", "graph"))
 class GCFLPlus(GCFL):
+    needs_individual_updates = ("GCFL+ splits a cluster on the DTW distances of its clients' sequences of "
+                                "individual update norms")
+
     def setup(self) -> None:
         super().setup()
         self.seqs: dict[int, list[float]] = {s.cid: [] for s in self.states}

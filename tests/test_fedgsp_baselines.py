@@ -400,6 +400,77 @@ def test_fediih_run_aggregates_by_the_descriptors_it_received(recorded, run_fgx,
     torch.testing.assert_close(prior, torch.stack([d["mean"] for d, *_ in desc]).sum(0) / (len(desc) + 1))
 
 
+def _fediih_formula(mean, logvar, tau):
+    """FedIIH's aggregation weights computed independently (numpy, loops): per factor k,
+    S_ij = 1 − JS(N(μ_i, σ_i²) ‖ N(μ_j, σ_j²)) / ln 2 with the JS through the midpoint Gaussian summed over
+    dimensions, W_ij = exp(τ·S_ij) / Σ_l exp(τ·S_il) (FedGB fediih/utils.py js_similarity_matrix)."""
+    import numpy as np
+
+    mean, logvar = np.asarray(mean, dtype=float), np.asarray(logvar, dtype=float)
+    M, K, _ = mean.shape
+    W = np.zeros((K, M, M))
+    for k in range(K):
+        S = np.zeros((M, M))
+        for i in range(M):
+            for j in range(M):
+                va, vb = np.exp(logvar[i, k]), np.exp(logvar[j, k])
+                mm, vm = (mean[i, k] + mean[j, k]) / 2, (va + vb) / 2
+                kl_a = 0.5 * np.sum(np.log(vm / va) + (va + (mean[i, k] - mm) ** 2) / vm - 1)
+                kl_b = 0.5 * np.sum(np.log(vm / vb) + (vb + (mean[j, k] - mm) ** 2) / vm - 1)
+                S[i, j] = 1 - 0.5 * (kl_a + kl_b) / np.log(2)
+        E = np.exp(tau * S)
+        W[k] = E / E.sum(1, keepdims=True)
+    return W
+
+
+def test_fediih_weights_equal_the_formula_on_descriptors_that_differ():
+    """A toy case whose weights are neither uniform nor the identity: four clients, two factors, factor 0
+    with two pairs of close clients, factor 1 with one outlier and a variance that differs."""
+    import numpy as np
+
+    from fgx.algorithms.fediih import factor_weights, js_similarity
+
+    mean = np.array([[[0.0, 0.0, 0.0], [0.0, 0.1, 0.0]],
+                     [[0.1, 0.0, 0.0], [0.0, 0.0, 0.1]],
+                     [[0.6, 0.2, 0.0], [0.1, 0.1, 0.0]],
+                     [[0.6, 0.3, 0.1], [0.9, 0.0, 0.4]]])             # [M=4, K=2, d=3]
+    logvar = np.log(np.array([[[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]],
+                              [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]],
+                              [[0.1, 0.1, 0.1], [0.2, 0.4, 0.2]],
+                              [[0.1, 0.1, 0.1], [0.2, 0.2, 0.2]]]))
+    want = _fediih_formula(mean, logvar, 10.0)
+    got = factor_weights(js_similarity(torch.tensor(mean, dtype=torch.float32),
+                                       torch.tensor(logvar, dtype=torch.float32)), 10.0)
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-4, atol=1e-6)
+    # the setting is one where the formula's weights differ from both uniform and own-model-only
+    assert 0.3 < want[0].max() < 0.9 and want.min() < 0.05
+    assert want[0, 0, 1] > 0.2 and want[0, 0, 2] < 0.05 and want[1, 3, 3] > 0.9
+
+
+def test_fediih_weights_on_a_cora_run_equal_the_formula_on_its_descriptors(recorded, run_fgx, data_root):
+    """Cora (Louvain, 10 clients), two rounds: each round's W in fediih_weights.jsonl and every personalised
+    model equal the formula recomputed independently from the descriptors the clients sent."""
+    import numpy as np
+
+    from fgx.algorithms.fediih import personalised_state
+
+    run = run_fgx("algorithm=fediih", "dataset=cora", f"data_dir={data_root}", "rounds=2", "eval_every=2",
+                  "output.checkpoint=false")
+    recs = _jsonl(run / "fediih_weights.jsonl")
+    slices = {"project.weight": 0, "project.bias": 0, "classifier.weight": 1, "heads.weight": 0, "heads.bias": 0}
+    for r, rec in enumerate(recs, start=1):
+        desc = sorted([t for t in _sent(recorded, "latent_descriptor") if t[3] == r], key=lambda t: t[1])
+        thetas = [p for p, *_ in sorted([t for t in _sent(recorded, "weights") if t[3] == r], key=lambda t: t[1])]
+        mean = np.stack([d["mean"].double().numpy() for d, *_ in desc])
+        want = _fediih_formula(mean, np.stack([d["logvar"].double().numpy() for d, *_ in desc]), 10.0)
+        assert len(desc) == 10 and np.abs(mean - mean.mean(0)).max() > 1e-3       # the descriptors differ
+        np.testing.assert_allclose(np.array(rec["W"]), want, rtol=1e-4, atol=1e-6)
+        for p, _, dst, _ in [t for t in _sent(recorded, "personalised_weights") if t[3] == r]:
+            agg = personalised_state(dst, thetas, torch.tensor(want, dtype=torch.float32), slices)
+            for k in agg:
+                torch.testing.assert_close(p[k], agg[k], rtol=1e-4, atol=1e-5)
+
+
 def test_fediih_variance_heads_learn_only_through_the_vgae_term(recorded, run_fgx, tiny_cfg):
     """log σ² comes from the variance heads, which only the negative ELBO trains: with the VGAE term
     they move from their initial zeros in the first round, with vgae_weight=0 they stay there."""

@@ -327,60 +327,121 @@ def test_fedpergnn_expansion_ldp_and_pseudo_items(run_fgx, watch):
 
 
 def test_fedpergnn_ldp_noises_every_batch_gradient_at_the_authors_scale(run_fgx, watch, monkeypatch):
-    """wuch15/FedPerGNN run.py: after every batch, Laplace(LR·2·CLIP/√BATCH/EPS) on the weights of an SGD
-    step whose gradients are clipped to CLIP (clipnorm): here the clipped gradient gets Laplace(2·clip/(√B·ε))
-    before the step. Every batch of every client is a release, and privacy.json composes all of them."""
+    """wuch15/FedPerGNN model.py line 59 and run.py line 46: every batch, an SGD step on the gradients of all
+    weights clipped together to CLIP (Keras 2.2.4 clipnorm), then Laplace(LR·2·CLIP/√BATCH/EPS) on every weight.
+    Inside the run, each batch's weight change must equal −lr·clip(g) + the Laplace draws, computed here from
+    the gradient before clipping (an Adam step, a per-tensor clip or noise fed through the optimizer breaks it),
+    the draws at scale lr·2·clip/(√B·ε). Every batch of every client is a release; privacy.json composes them."""
     from fgx.algorithms import fedpergnn
 
-    calls = []
-    real = fedpergnn.BatchLDP.__call__
+    steps, lr, clip, eps = [], 0.5, 0.05, 2.0
+    real_call, real_after = fedpergnn.BatchLDP.__call__, fedpergnn.BatchLDP.after_step
 
-    def spy(self, batch_len):
-        before = {n: (q.grad.clone() if q.grad is not None else torch.zeros_like(q))
-                  for n, q in self.model.named_parameters()}
-        real(self, batch_len)
-        calls.append((batch_len, before, {n: q.grad.clone() for n, q in self.model.named_parameters()}))
-    monkeypatch.setattr(fedpergnn.BatchLDP, "__call__", spy)
+    def spy_call(self, batch_len):
+        params = [q for grp in self.groups for q in grp]
+        steps.append({"B": batch_len, "w0": [q.detach().clone() for q in params],
+                      "g": [q.grad.clone() if q.grad is not None else torch.zeros_like(q) for q in params]})
+        real_call(self, batch_len)
+
+    def spy_after(self, optimizer, *rest):
+        draws, rng = [], self.rng
+
+        class Recording:                     # the client's stream, its Laplace draws kept
+            def laplace(self, loc, scale, size):
+                x = rng.laplace(loc, scale, size)
+                draws.append((scale, x))
+                return x
+
+            def __getattr__(self, name):
+                return getattr(rng, name)
+        self.rng = Recording()
+        try:
+            real_after(self, optimizer, *rest)
+        finally:
+            self.rng = rng
+        steps[-1].update(draws=draws, w1=[q.detach().clone() for grp in self.groups for q in grp])
+    monkeypatch.setattr(fedpergnn.BatchLDP, "__call__", spy_call)
+    monkeypatch.setattr(fedpergnn.BatchLDP, "after_step", spy_after)
     seen = watch(fedpergnn.FedPerGNN)
     run = run_fgx(*TINY, "algorithm=fedpergnn", "algorithm.local_epochs=2", "algorithm.batch_size=64",
-                  "algorithm.neighbors=0", "algorithm.ldp_epsilon=2.0", "algorithm.clip=0.05")
+                  "algorithm.neighbors=0", f"algorithm.ldp_epsilon={eps}", f"algorithm.clip={clip}", f"algorithm.lr={lr}")
     completed(run)
     priv = json.loads((run / "privacy.json").read_text())["algorithm_ldp"]
     # 2 rounds x 2 epochs x ceil(pairs / 64) batches per client, each one release of sqrt(B)*eps
     assert priv["releases_per_client"] == [2 * 2 * -(-c.inter.train.size(1) // 64) for c in seen["algo"].clients]
-    assert len(calls) == sum(priv["releases_per_client"])
+    assert len(steps) == sum(priv["releases_per_client"])
     assert priv["epsilon"] == pytest.approx(max(priv["epsilon_per_client"]))
     # what each epsilon means, for a reader of privacy.json: fgx's composes every release, the paper's does not
     assert {k: priv[k] for k in ("mechanism", "noise_scale", "params", "unit", "paper_epsilon_per_release",
                                  "paper_unit", "covers", "not_covered")} == {
         "mechanism": "per-batch Laplace on clipped gradients (wuch15/FedPerGNN run.py)",
         "noise_scale": "2*clip/(sqrt(batch)*ldp_epsilon) per coordinate of every batch gradient",
-        "params": {"clip": 0.05, "ldp_epsilon": 2.0, "batch_size": 64},
+        "params": {"clip": clip, "ldp_epsilon": eps, "batch_size": 64},
         "unit": "per coordinate, client level (a client's whole batch gradient may change: sensitivity 2*clip per "
                 "coordinate, so one release costs sqrt(batch)*ldp_epsilon), pure epsilon-DP, basic composition "
                 "over every release of the run",
-        "paper_epsilon_per_release": 2.0,
+        "paper_epsilon_per_release": eps,
         "paper_unit": "per coordinate and release, per user, with the noise of B users averaged in a batch (the "
                       "code's 1/sqrt(BATCH_SIZE)); not composed over releases",
         "covers": ["model_update", "item_updates", "expansion_request.user_embeddings"],
         "not_covered": ["expansion_request.tokens/owner: the client's interactions under item pseudonyms, seen by "
                         "the third party (the paper's design)"]}
-    assert sum(priv["epsilon_per_client"]) == pytest.approx(sum(np.sqrt(b) * 2.0 for b, *_ in calls))
-    noise_abs = []
-    for b, before, after in calls:
-        for n, g in before.items():
-            clipped = g * min(1.0, 0.05 / (float(g.norm()) + 1e-6))       # torch's clip_grad_norm_, per tensor
-            assert float(clipped.norm()) <= 0.05 + 1e-6
-            noise_abs.append(((after[n] - clipped).abs().mean() / (2 * 0.05 / (np.sqrt(b) * 2.0)), g.numel()))
+    assert sum(priv["epsilon_per_client"]) == pytest.approx(sum(np.sqrt(s["B"]) * eps for s in steps))
+    ratios, clipped_any = [], False
+    for s in steps:
+        g = [x.double() for x in s["g"]]
+        norm = float(torch.sqrt(sum(x.pow(2).sum() for x in g)))           # one norm over every tensor
+        coef = min(1.0, clip / (norm + 1e-6))
+        clipped_any |= coef < 1.0
+        scale = lr * 2 * clip / (np.sqrt(s["B"]) * eps)
+        assert len(s["draws"]) == len(g) and all(sc == pytest.approx(scale) for sc, _ in s["draws"])
+        for w0, w1, gi, (_, n) in zip(s["w0"], s["w1"], g, s["draws"]):
+            expected = w0.double() - lr * coef * gi + torch.from_numpy(n).double()
+            torch.testing.assert_close(w1.double(), expected, atol=2e-6, rtol=1e-5)
+            ratios.append((float(np.abs(n).mean()) / scale, n.size))
+    assert clipped_any
     # Laplace(scale): E|x| = scale; averaged over every coordinate of every release
-    w = np.array([n for _, n in noise_abs], dtype=float)
-    ratio = float(np.sum([float(a) * n for a, n in noise_abs]) / w.sum())
-    assert ratio == pytest.approx(1.0, rel=0.03)
+    w = np.array([k for _, k in ratios], dtype=float)
+    assert float(np.sum([r * k for r, k in ratios]) / w.sum()) == pytest.approx(1.0, rel=0.03)
     rows = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
     assert all(r["noise_to_signal"] > 0 for r in rows)
     s = json.loads((run / "summary.json").read_text())
     assert s["privacy"]["epsilon_algorithm_ldp"] == pytest.approx(priv["epsilon"])
     assert s["diagnostics"]["noise_to_signal"]["last"] == pytest.approx(rows[-1]["noise_to_signal"])
+
+
+def test_fedpergnn_batch_step_is_clipped_sgd_then_laplace_on_the_weights():
+    """A toy model, one batch: the authors' step computed independently in numpy (Keras 2.2.4 clipnorm over
+    all gradients, plain SGD, Laplace(lr·2·clip/(√B·ε)) drawn in parameter order from the same stream)."""
+    from fgx.algorithms.fedpergnn import BatchLDP, FedPerGNNParams, local_optimizer
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(5, 3)
+    p = FedPerGNNParams(lr=0.3, clip=0.1, ldp_epsilon=0.5)
+    x = torch.randn(16, 5)
+    model(x).pow(2).sum().backward()
+    w0 = [q.detach().double().numpy().copy() for q in model.parameters()]
+    g = [q.grad.double().numpy().copy() for q in model.parameters()]
+    opt = local_optimizer(model.parameters(), p)
+    ldp = BatchLDP([list(model.parameters())], p, np.random.default_rng(7))
+    hook = opt.register_step_post_hook(ldp.after_step)
+    ldp(16)
+    opt.step()
+    hook.remove()
+
+    norm = np.sqrt(sum((x ** 2).sum() for x in g))
+    assert norm > p.clip                                  # the clip acts
+    rng = np.random.default_rng(7)
+    scale = p.lr * 2 * p.clip / (np.sqrt(16) * p.ldp_epsilon)
+    for q, w, gi in zip(model.parameters(), w0, g):
+        expected = w - p.lr * gi * (p.clip / (norm + 1e-6)) + rng.laplace(0.0, scale, w.shape)
+        np.testing.assert_allclose(q.detach().double().numpy(), expected, atol=1e-6)
+    assert ldp.releases == 1 and ldp.epsilon == pytest.approx(np.sqrt(16) * p.ldp_epsilon)
+
+
+def test_fedpergnn_noise_needs_a_clip(run_fgx):
+    with pytest.raises(SystemExit, match="clip"):
+        run_fgx(*TINY, "algorithm=fedpergnn", "algorithm.clip=null")
 
 
 def test_fedpergnn_without_ldp_uploads_only_the_clients_items(run_fgx, watch):
@@ -485,9 +546,11 @@ def test_fedpergnn_pseudo_items_of_a_client_with_two_items_spread_like_its_real_
             model.item_emb.weight.add_(torch.tensor([[1.0, -2.0, 0.5, 3.0], [-1.0, 2.0, 1.5, 0.0]]))
         return 0.0
     monkeypatch.setattr(fp, "bpr_epochs", fake_training)
-    cl = types.SimpleNamespace(model=Model(), cid=0, audit=None, known=None, optimizer=None,
-                               inter=types.SimpleNamespace(train=None, items_global=torch.tensor([3, 7])))
     p = fp.FedPerGNNParams(ldp_epsilon=None, pseudo_items=4)
+    model = Model()
+    cl = types.SimpleNamespace(model=model, cid=0, audit=None, known=None,
+                               optimizer=fp.local_optimizer(model.parameters(), p),
+                               inter=types.SimpleNamespace(train=None, items_global=torch.tensor([3, 7])))
     fp.pergnn_train(cl, p, seed=0, num_items_global=20)
     ids, delta = cl.update["items"], cl.update["delta"]
     fake = delta[~torch.isin(ids, torch.tensor([3, 7]))]

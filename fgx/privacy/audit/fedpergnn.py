@@ -4,9 +4,10 @@ The claim is per coordinate and client level: each noisy batch gradient a client
 (2·clip/scale)-DP for every coordinate, composed over the client's releases. The canaries are
 Dirac gradient coordinates of client 0: m one-coordinate tensors whose gradient is +scale·clip
 (included half) or -scale·clip, released with every batch gradient of that client through the
-client's own ``BatchLDP`` (its clip per tensor, its Laplace scale for the batch's size, its random
-stream). The attacker sees the noisy batch gradients (the LDP releases) and scores a canary by the
-sum of its noisy values over the releases. The claim is client 0's composed ε."""
+client's own ``BatchLDP`` (each canary clipped as its own group, a plain SGD step, the Laplace noise
+for the batch's size on the weights after it, the client's random stream). The attacker sees the
+noisy batch gradients (the LDP releases) and scores a canary by the sum of its noisy values over the
+releases. The claim is client 0's composed ε."""
 from __future__ import annotations
 
 import torch
@@ -29,13 +30,24 @@ class Audit(Canaries):
         algo.clients[self.victim].audit = self
 
     def wrap(self, ldp):
-        """The client's per-batch hook, followed by the canaries' release through the same mechanism."""
+        """The client's per-batch hook, followed by the canaries' release through the same mechanism: each
+        canary its own clipping group (the claim is per coordinate), a plain SGD step from zero, the
+        Laplace noise on the weights after it; the release is the noisy gradient −Δw/lr."""
+        from fgx.algorithms.fedpergnn import local_optimizer
+
         def hook(batch_len: int) -> None:
             ldp(batch_len)
-            for prm, g in zip(self.module, self.grads):
-                prm.grad = g.reshape(1).clone()
-            type(ldp)(self.module, ldp.p, ldp.rng)(batch_len)
-            self.scores += torch.cat([prm.grad for prm in self.module]).double().numpy()
+            with torch.no_grad():
+                for prm, g in zip(self.module, self.grads):
+                    prm.zero_()
+                    prm.grad = g.reshape(1).clone()
+            canary = type(ldp)([[prm] for prm in self.module], ldp.p, ldp.rng)
+            canary(batch_len)
+            opt = local_optimizer(self.module.parameters(), ldp.p)
+            opt.step()
+            canary.after_step(opt)
+            lr = opt.param_groups[0]["lr"]
+            self.scores += torch.cat([-prm.detach() / lr for prm in self.module]).double().numpy()
         return hook
 
     def claim(self) -> dict:

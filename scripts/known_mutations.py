@@ -761,6 +761,22 @@ MUTATIONS = [
       "corrupt_destinations(pairs[0, at], 1, view.num_nodes, view.link_forbidden[:0], None)",
       ["tests/test_link_task.py::test_negatives_are_never_edges_and_only_training_positives_pass_messages[exclude]"],
       "link task: a training step's fresh negatives may be edges"),
+    # issue 70 (d): unlearning as a remedy for a backdoor (fgx/unlearning/backdoor_remedy.py)
+    M("backdoor_not_injected", "fgx/unlearning/backdoor_remedy.py",
+      "            p.x_raw[np.ix_(ids, columns)] = params.trigger_value",
+      "            pass",
+      ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
+      "backdoor remedy: the trigger is never written (ASR before = retrained)"),
+    M("backdoor_requests_miss_the_poison", "fgx/unlearning/requests.py",
+      "pool = [injected[j] for j in rng.permutation(len(injected))]",
+      "pool = [(p.cid, int(u)) for p in parties for u in p.train_ids() if (p.cid, int(u)) not in injected][:len(injected)]",
+      ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
+      "backdoor remedy: the requests remove clean nodes, not the poisoned ones (ASR stays)"),
+    M("backdoor_request_ignored", "fgx/unlearning/scalegun.py",
+      "            server.W = server.W + v",
+      "            server.W = server.W + 0 * v",
+      ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
+      "backdoor remedy: the Newton step of each request is not applied (ASR stays)"),
 ]
 
 

@@ -101,6 +101,14 @@ class BackdoorAttack:
                 "poisoned_per_client": {str(c): int(v.size) for c, v in self.poisoned.items()},
                 "trigger_columns": [int(j) for j in self.columns], "target_class": int(self.target)}
 
+    def triggered_rows(self, party, ids: np.ndarray) -> np.ndarray:
+        """The served rows of ``ids`` when each carries the trigger on its own features (one at a time)."""
+        z = party.prop.rows(ids).astype(np.float64)
+        own = _influence(party.prop, ids, ids)            # sum_l w_l (A_hat^l)_vv on the current graph
+        x = party.current_features()[np.ix_(ids, self.columns)].astype(np.float64)
+        z[:, self.columns] += own[:, None] * (self.trigger[None, :] - x)
+        return z
+
     def measure(self, server) -> dict[str, float]:
         """ASR on every client's triggered test nodes outside the target class, and clean test accuracy."""
         hit = total = 0
@@ -109,10 +117,6 @@ class BackdoorAttack:
             ids = ids[p.y[ids] != self.target]
             if not ids.size:
                 continue
-            z = p.prop.rows(ids).astype(np.float64)
-            own = _influence(p.prop, ids, ids)            # sum_l w_l (A_hat^l)_vv on the current graph
-            x = p.current_features()[np.ix_(ids, self.columns)].astype(np.float64)
-            z[:, self.columns] += own[:, None] * (self.trigger[None, :] - x)
-            hit += int(((z @ server.W).argmax(1) == self.target).sum())
+            hit += int(((self.triggered_rows(p, ids) @ server.W).argmax(1) == self.target).sum())
             total += ids.size
         return {"asr": hit / max(total, 1), "test_accuracy": server.accuracy("test"), "triggered_items": total}

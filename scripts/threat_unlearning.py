@@ -70,9 +70,17 @@ def read_run(d: Path) -> dict:
                                                   "bounds_true_le_data_dependent", "actions_newton",
                                                   "actions_retrain", "actions_refused", "whole_model_epsilon",
                                                   "whole_model_delta")},
+            # what the bound is made of where it is largest, beside the true gradient norm on exact embeddings
+            "largest_bound_request": _largest(unl["requests"]),
             "epsilon": unl["requests_config"]["certificate"]["epsilon"],
             "delta": unl["requests_config"]["certificate"]["delta"],
             "provenance": summ["provenance"], "config_sha": summ["config_sha"]}
+
+
+def _largest(rows: list[dict]) -> dict:
+    r = max(rows, key=lambda r: r["bound"])
+    return {k: r.get(k) for k in ("request", "bound", "beta", "approx_term", "residue_norm", "rounding_term",
+                                  "true_norm", "action")}
 
 
 def paired(diffs: list[float]) -> dict:

@@ -776,7 +776,7 @@ MUTATIONS = [
       "            server.W = server.W + v",
       "            server.W = server.W + 0 * v",
       ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
-      "backdoor remedy: the Newton step of each request is not applied (ASR stays)"),
+      "backdoor remedy: a request's Newton step not applied (true norm > bound, flagged)"),
 ]
 
 

@@ -832,6 +832,22 @@ MUTATIONS = [
       "return torch.softmax(scale * similarity, dim=-1)", "return torch.softmax(scale * similarity, dim=-2)",
       ["tests/test_fedgsp_baselines.py::test_fediih_weights_equal_the_formula_on_descriptors_that_differ", "tests/test_fedgsp_baselines.py::test_fediih_weights_on_a_cora_run_equal_the_formula_on_its_descriptors"],
       "FedIIH: weights normalised over the receivers, not the senders"),
+    # issue 70 (d): unlearning as a remedy for a backdoor (fgx/unlearning/backdoor_remedy.py)
+    M("backdoor_not_injected", "fgx/unlearning/backdoor_remedy.py",
+      "            p.x_raw[np.ix_(ids, columns)] = params.trigger_value",
+      "            pass",
+      ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
+      "backdoor remedy: the trigger is never written (ASR before = retrained)"),
+    M("backdoor_requests_miss_the_poison", "fgx/unlearning/requests.py",
+      "pool = [injected[j] for j in rng.permutation(len(injected))]",
+      "pool = [(p.cid, int(u)) for p in parties for u in p.train_ids() if (p.cid, int(u)) not in injected][:len(injected)]",
+      ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
+      "backdoor remedy: the requests remove clean nodes, not the poisoned ones (ASR stays)"),
+    M("backdoor_request_ignored", "fgx/unlearning/scalegun.py",
+      "            server.W = server.W + v",
+      "            server.W = server.W + 0 * v",
+      ["tests/test_unlearning_backdoor.py::test_certified_unlearning_removes_the_backdoor_on_cora"],
+      "backdoor remedy: a request's Newton step not applied (true norm > bound, flagged)"),
 ]
 
 

@@ -20,10 +20,13 @@ def make_requests(parties, rp, rng, injected: dict | None = None) -> list[dict]:
             pool = vulnerable_edges(parties, rp.max_degree, rng)
         else:
             pool = random_edges(parties, need, rng)
+    elif rp.selection == "backdoor":
+        # the poisoned training nodes (fgx/unlearning/backdoor_remedy.py), in a random order
+        pool = [injected[j] for j in rng.permutation(len(injected))]
     else:
         if rp.selection != "random":
             raise ConfigError("unlearning.requests.selection", rp.selection,
-                              f"random for {rp.type} requests (vulnerable/adversarial select edges)")
+                              f"random or backdoor for {rp.type} requests (vulnerable/adversarial select edges)")
         ids = [(p.cid, p.train_ids()) for p in parties]
         total = sum(t.size for _, t in ids)
         if total < need:

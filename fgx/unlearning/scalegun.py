@@ -30,6 +30,7 @@ from fgx.unlearning.base import UnlearningMethod
 from fgx.unlearning.bounds import WorstCaseAccumulator, embedding_change, worst_case
 from fgx.unlearning.certified import C1, GAMMA1, GAMMA2, certificate_budget
 from fgx.unlearning import attacks
+from fgx.unlearning.backdoor_remedy import BackdoorAttack, BackdoorParams
 from fgx.unlearning.requests import edge_mia, inject_adversarial, make_requests
 
 
@@ -37,9 +38,11 @@ from fgx.unlearning.requests import edge_mia, inject_adversarial, make_requests
 class RequestParams:
     type: str = field(default="edge", metadata=spec(choices=["edge", "node", "feature"]))
     selection: str = field(default="random", metadata=spec(
-        choices=["random", "vulnerable", "adversarial"],
+        choices=["random", "vulnerable", "adversarial", "backdoor"],
         help="random items; vulnerable: edges of low-degree test nodes to same-label neighbours; "
-             "adversarial: inject edges between differently labelled nodes, train, then remove them"))
+             "adversarial: inject edges between differently labelled nodes, train, then remove them; "
+             "backdoor (node requests): poison training nodes with a feature trigger and the target label "
+             "(unlearning.backdoor), train, then remove them"))
     batch_size: int = field(default=1, metadata=spec(min=1, help="items per request"))
     num_requests: int = field(default=10, metadata=spec(min=1))
     max_degree: int = field(default=5, metadata=spec(min=1, help="vulnerable: test nodes with fewer neighbours"))
@@ -98,6 +101,7 @@ class CertifiedUnlearningParams:
              "attack on the deleted nodes, for the unlearned model, a model retrained from scratch on exact "
              "embeddings and the never-updated model (fgx/unlearning/attacks.py)"))
     seed_offset: int = field(default=0, metadata=spec(help="added to the run seed to draw the requests"))
+    backdoor: BackdoorParams = field(default_factory=BackdoorParams)
 
 
 class CertifiedUnlearning(UnlearningMethod):
@@ -115,6 +119,9 @@ class CertifiedUnlearning(UnlearningMethod):
                               "false when algorithm.noise_std = 0: the budget alpha eps / sqrt(2 log(1.5/delta)) is 0, "
                               "so no model can be certified (set certificate.enforce=false to only report the bounds, "
                               "as the paper's Fig. 2 does, or a noise_std > 0)")
+        if params.requests.selection == "backdoor" and params.requests.type != "node":
+            raise ConfigError("unlearning.requests.type", params.requests.type,
+                              "node with requests.selection=backdoor (the poisoned training nodes are removed)")
 
     def run(self, ctx, algorithm) -> dict:
         p = self.params
@@ -122,11 +129,21 @@ class CertifiedUnlearning(UnlearningMethod):
         rng = np.random.default_rng([ctx.seed + p.seed_offset, 4099])
         server.round = ctx.rounds + 1
         out: dict = {"method": self.name, "requests_config": asdict(p), "setup": {}}
-        injected = None
+        injected = backdoor = None
         if p.requests.selection == "adversarial":
             out["setup"]["clean_test_accuracy"] = server.accuracy("test")
             injected = inject_adversarial(algo.parties, p.requests.num_add, rng)
             out["setup"]["injected_edges"] = int(sum(e.shape[1] for e in injected.values()))
+            algo.build_propagation(exact=self.exact or algo.exact)
+            algo.train(fresh_noise=False, warm_start=False)
+        elif p.requests.selection == "backdoor":
+            out["setup"]["clean_test_accuracy"] = server.accuracy("test")
+            backdoor = BackdoorAttack.inject(algo.parties, p.backdoor, server.C, rng)
+            injected = backdoor.items()
+            out["setup"]["backdoor"] = backdoor.record()
+            # the poisoned data goes through the run's whole path: preprocessing, propagation, training
+            server.preprocess(algo.params.propagation.feature_norm, dtype=np.dtype(algo.params.propagation.dtype))
+            backdoor.read_trigger(algo.parties)
             algo.build_propagation(exact=self.exact or algo.exact)
             algo.train(fresh_noise=False, warm_start=False)
         elif self.exact and not algo.exact:
@@ -151,6 +168,7 @@ class CertifiedUnlearning(UnlearningMethod):
                 ctx.log.warning("%s: the trained model's bound %.3g exceeds the budget %.3g: re-propagated exactly "
                                 "and retrained before the first request", self.name, out["setup"]["initial_bound"], budget)
                 out["setup"]["test_accuracy"] = server.accuracy("test")
+        remedy = {"before": backdoor.measure(server)} if backdoor is not None else None
         rows = []
         for i, req in enumerate(requests, start=1):
             if getattr(proc, "failed", False):
@@ -188,6 +206,8 @@ class CertifiedUnlearning(UnlearningMethod):
         if mia_before is not None:
             out["summary"]["mia_auc_before"] = mia_before["auc"]
             out["summary"]["mia_auc_after"] = edge_mia(server, requests, rng, mia_before)["auc"]
+        if remedy is not None:
+            remedy["after"] = backdoor.measure(server)
         if attack_state is not None and rows and not s["certificate_failed"]:
             t0 = time.perf_counter()
             s.update(attacks.three_models(server, attack_state))
@@ -195,6 +215,19 @@ class CertifiedUnlearning(UnlearningMethod):
             ctx.log.info("%s: attack AUCs, unlearned / retrained / never updated: %s", self.name, ", ".join(
                 f"{k[:-len('_auc_unlearned')]} {s[k]:.3f} / {s[k.replace('unlearned', 'retrained')]:.3f} / "
                 f"{s[k.replace('unlearned', 'never_updated')]:.3f}" for k in s if k.endswith("_auc_unlearned")))
+        if remedy is not None:
+            if attack_state is None or not rows or s["certificate_failed"]:
+                server.retrain_exact()      # the attacks above leave this model in place when they run
+            remedy["retrained"] = backdoor.measure(server)
+            for model, m in remedy.items():
+                s[f"backdoor_asr_{model}"] = m["asr"]
+                s[f"backdoor_test_accuracy_{model}"] = m["test_accuracy"]
+            s["backdoor_triggered_items"] = remedy["before"]["triggered_items"]
+            s["backdoor_removed"] = int(sum(r["items"] for r in rows))
+            s["clean_test_accuracy"] = out["setup"]["clean_test_accuracy"]
+            ctx.log.info("%s: backdoor ASR before %.3f, after unlearning %.3f, retrained %.3f (clean accuracy "
+                         "%.4f / %.4f / %.4f)", self.name, *(remedy[k]["asr"] for k in remedy),
+                         *(remedy[k]["test_accuracy"] for k in remedy))
         if p.requests.selection == "adversarial":
             s = out["summary"]
             s["clean_test_accuracy"] = out["setup"]["clean_test_accuracy"]

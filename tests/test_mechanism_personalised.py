@@ -58,7 +58,7 @@ def test_fedpub_clients_run_their_weights_through_their_masks(recorded, run_fgx,
     seen = capture_setup(monkeypatch, FedPub)
     run_fgx(*NODE, "algorithm=fedpub", "algorithm.local_steps=3", "algorithm.l1=0.05", "rounds=1")
     algo = seen["algo"]
-    (proxy, *_), = [(p, s, d, r) for k, p, s, d, r in recorded["sent"] if k == "proxy_graph"][:1]
+    proxy = next(p for k, p, *_ in recorded["sent"] if k == "proxy_graph")
     graph = Data(x=proxy["x"], edge_index=proxy["edge_index"], num_nodes=proxy["x"].size(0))
     emb = {src: p for src, _, p in by_round(recorded, "functional_embedding")[1]}
     theta = {src: p for src, _, p in by_round(recorded, "weights")[1]}

@@ -309,7 +309,7 @@ def test_gcfl_splits_at_the_minimum_cut_of_the_received_updates_cosine_similarit
     from fgx.algorithms.gcfl import GCFL
 
     monkeypatch.setattr(GCFL, "client_objective", flipped_objective)
-    rd = run_fgx("algorithm=gcfl", *GROUPS, "rounds=2", "eval_every=2", "algorithm.warmup_rounds=1",
+    rd = run_fgx("algorithm=gcfl", *GROUPS, "rounds=1", "eval_every=1", "algorithm.warmup_rounds=0",
                  "algorithm.eps1=1e9", "algorithm.eps2=0")
     ups = sorted((src, torch.cat([v.flatten().double() for v in p.values() if v.is_floating_point()]))
                  for k, p, src, dst, r in recorded["sent"] if k == "update" and r == 1)
@@ -331,11 +331,11 @@ def test_gcfl_splits_at_the_minimum_cut_of_the_received_updates_cosine_similarit
 def test_fedssp_graph_consensus_is_the_mean_of_the_clients_running_means(run_fgx, recorded):
     """Personalised preference's global consensus (issue 67 (c)): what the server sends every client in
     round r + 1 is the uniform mean of the running means the clients sent in round r."""
-    run_fgx("algorithm=fedssp_graph", *SSP, "rounds=3", "eval_every=3")
+    run_fgx("algorithm=fedssp_graph", *SSP, "rounds=2", "eval_every=2")
     sent = {}
     for kind, p, src, dst, r in recorded["sent"]:
         sent.setdefault((kind, r), []).append((src, dst, p))
-    for r in (1, 2):
+    for r in (1,):
         means = torch.stack([p.double() for _, _, p in sent[("consensus", r)]])
         assert len(means) == 6 and (means - means.mean(0)).norm(dim=1).min() > 1e-4   # clients' means differ
         down = sent[("global_consensus", r + 1)]

@@ -57,6 +57,38 @@ def test_fedprox_term_pulls_towards_global():
     assert term.batched_term(stacked).tolist() == pytest.approx([0.5 * 2.0 * 6, 0.5 * 2.0 * (6 * 4 + 2)])
 
 
+def test_fedprox_term_in_a_run_is_the_distance_to_the_weights_the_server_sent(recorded, run_fgx, tiny_cfg,
+                                                                              monkeypatch):
+    """Inside a run (issue 67 (c)): every proximal term a client's local step adds is (μ/2)·‖w − w_r‖²,
+    w its current parameters and w_r the global weights the server sent it in that round (read from
+    the channel), not a decay towards zero or towards another round's model."""
+    from fgx.algorithms.fedprox import FedProx, Proximal
+
+    mu, rnd, seen = 0.3, [0], []
+    real_objective, real_term = FedProx.client_objective, Proximal.term
+
+    def objective(self, chosen, weights, r):
+        rnd[0] = r
+        return real_objective(self, chosen, weights, r)
+
+    def term(self, state, step):
+        out = real_term(self, state, step)
+        seen.append((rnd[0], state.cid, float(out.detach()),
+                     {n: w.detach().double().clone() for n, w in state.model.named_parameters()}))
+        return out
+
+    monkeypatch.setattr(FedProx, "client_objective", objective)
+    monkeypatch.setattr(Proximal, "term", term)
+    run_fgx(*tiny_cfg, "algorithm=fedprox", f"algorithm.mu={mu}", "algorithm.local_steps=3", "rounds=2")
+    sent = {(r, dst): p for k, p, src, dst, r in recorded["sent"] if k == "global_weights"}
+    assert {r for r, *_ in seen} == {1, 2} and len(seen) == 2 * 3 * 3
+    for r, cid, value, w in seen:
+        g = sent[(r, cid)]
+        want = 0.5 * mu * sum(float((w[n] - g[n].double()).pow(2).sum()) for n in w)
+        assert value == pytest.approx(want, rel=1e-4, abs=1e-9), f"round {r}, client {cid}"
+    assert max(v for _, _, v, _ in seen) > 1e-6          # the clients moved away from the sent weights
+
+
 def test_fedper_head_never_leaves_a_client(recorded, run_fgx, tiny_cfg):
     run = run_fgx(*tiny_cfg, "algorithm=fedper", "rounds=2")
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"

@@ -253,3 +253,42 @@ def test_refuses_clients_too_large(run_fgx, tiny_cfg, capsys):
 def test_refuses_models_other_than_sage(run_fgx, tiny_cfg):
     with pytest.raises(SystemExit, match="sage"):
         run_fgx(*tiny_cfg, "algorithm=fedsage_plus", "model=gcn")
+
+
+def test_each_federated_fgen_step_adds_the_other_clients_cross_gradients_to_its_own(run_fgx, tiny_cfg, recorded,
+                                                                                    monkeypatch):
+    """The "+" of FedSage+ inside a run (issue 67 (c)): the gradient every federated fGen step applies is
+    the gradient of the client's own NeighGen loss / M (recomputed here with the step's seed) plus the sum
+    of the fGen gradients the other clients returned for it (summed here from their messages)."""
+    import fgx.algorithms.fedsage_plus as fs
+
+    steps = []
+    real = fs.fed_gen_step
+
+    def step(state, p, seed, m):
+        fgen = dict(state.model.fgen.named_parameters())
+        own = torch.autograd.grad(fs.local_losses(state, p, seed + state.cid)["total"] / m, list(fgen.values()))
+        out = real(state, p, seed, m)
+        steps.append((state.cid, {f"fgen.{k}": g for k, g in zip(fgen, own)},
+                      {f"fgen.{k}": w.grad.detach().clone() for k, w in fgen.items()}))
+        return out
+
+    monkeypatch.setattr(fs, "fed_gen_step", step)
+    # hidden neighbours enough, and rounding, for dGen to generate some (otherwise every cross term is 0)
+    run_fgx(*tiny_cfg, *SMALL, "rounds=1", "algorithm.hide_ratio=0.5", "algorithm.count_rounding=round",
+            "algorithm.gen_lr=0.01")
+    sums, pending = [], []
+    for kind, p, src, dst, _ in recorded["sent"]:
+        if kind == "fgen_gradient":
+            pending.append(p)
+        elif kind == "fgen_gradient_sum":
+            assert len(pending) == 2                            # M - 1 others
+            sums.append((dst, {k: sum(g[k].double() for g in pending) for k in p}))
+            pending = []
+    assert [c for c, _ in sums] == [c for c, _, _ in steps] and len(steps) == 3 * 2
+    assert any(float(v.abs().sum()) > 0 for _, s in sums for v in s.values())
+    for (cid, own, applied), (_, cross) in zip(steps, sums):
+        assert set(cross) <= set(applied)
+        for k, g in applied.items():
+            want = own[k].double() + cross.get(k, 0)
+            assert torch.allclose(g.double(), want, rtol=1e-5, atol=1e-7), f"client {cid}, {k}"

@@ -283,3 +283,62 @@ def test_ssp_attention_by_size_buckets_equals_padding_every_graph_to_the_largest
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
     padded = sum(rows * length ** 2 for rows, length in c["bucket_shape"])
     assert padded < 0.2 * G * big ** 2 and sum(r for r, _ in c["bucket_shape"]) == G
+
+
+def flipped_objective(self, chosen, weights, r):
+    """Clients 3-5's updates are sent negated: two groups whose updates point in opposite directions."""
+    return Flipped()
+
+
+@dataclass
+class Flipped(Objective):
+    def finish(self, state, delta):
+        if state.cid >= 3:
+            for v in delta.values():
+                if v.is_floating_point():
+                    v.neg_()
+
+
+def test_gcfl_splits_at_the_minimum_cut_of_the_received_updates_cosine_similarities(run_fgx, monkeypatch, recorded):
+    """GCFL's split (issue 67 (c)): the two new clusters are the bipartition of the clients whose
+    cross-cluster cosine similarity (mapped to (1 + cos)/2 >= 0) is smallest, found here by trying all
+    31 bipartitions of the six updates the server received; with clients 3-5 sending negated updates
+    that is {0, 1, 2} | {3, 4, 5}. A cut that kept dissimilar clients together fails both."""
+    import itertools
+
+    from fgx.algorithms.gcfl import GCFL
+
+    monkeypatch.setattr(GCFL, "client_objective", flipped_objective)
+    rd = run_fgx("algorithm=gcfl", *GROUPS, "rounds=1", "eval_every=1", "algorithm.warmup_rounds=0",
+                 "algorithm.eps1=1e9", "algorithm.eps2=0")
+    ups = sorted((src, torch.cat([v.flatten().double() for v in p.values() if v.is_floating_point()]))
+                 for k, p, src, dst, r in recorded["sent"] if k == "update" and r == 1)
+    u = torch.stack([v for _, v in ups])
+    w = (1 + torch.nn.functional.cosine_similarity(u[:, None], u[None], dim=-1)) / 2
+    n = len(u)
+    cuts = []
+    for size in range(1, n):
+        for a in itertools.combinations(range(n), size):
+            if 0 in a:
+                b = [j for j in range(n) if j not in a]
+                cuts.append((float(w[list(a)][:, b].sum()), sorted([list(a), b])))
+    cuts.sort()
+    assert cuts[1][0] - cuts[0][0] > 1e-6                  # one minimum, no tie for the cut to break
+    clusters = rows(rd / "gcfl_clusters.jsonl")[0]["clusters"]
+    assert sorted(clusters) == cuts[0][1] == [[0, 1, 2], [3, 4, 5]]
+
+
+def test_fedssp_graph_consensus_is_the_mean_of_the_clients_running_means(run_fgx, recorded):
+    """Personalised preference's global consensus (issue 67 (c)): what the server sends every client in
+    round r + 1 is the uniform mean of the running means the clients sent in round r."""
+    run_fgx("algorithm=fedssp_graph", *SSP, "rounds=2", "eval_every=2")
+    sent = {}
+    for kind, p, src, dst, r in recorded["sent"]:
+        sent.setdefault((kind, r), []).append((src, dst, p))
+    for r in (1,):
+        means = torch.stack([p.double() for _, _, p in sent[("consensus", r)]])
+        assert len(means) == 6 and (means - means.mean(0)).norm(dim=1).min() > 1e-4   # clients' means differ
+        down = sent[("global_consensus", r + 1)]
+        assert sorted(dst for _, dst, _ in down) == list(range(6))
+        for _, dst, p in down:
+            assert torch.allclose(p.double(), means.mean(0), atol=1e-6), f"round {r + 1}, client {dst}"

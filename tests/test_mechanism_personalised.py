@@ -44,6 +44,38 @@ def test_fedpub_sends_each_client_the_similarity_weighted_average(recorded, run_
         assert _close(got[cid], want[i]), f"client {cid}"
 
 
+def test_fedpub_clients_run_their_weights_through_their_masks(recorded, run_fgx, monkeypatch):
+    """FED-PUB's sparse masks multiply the weights they belong to (issue 67 (c)): the functional
+    embedding each client sent is the mean output, on the proxy graph the server sent, of the weights it
+    sent times its masks, recomputed here on a copy of its model; the unmasked weights give another one."""
+    import copy
+
+    from torch_geometric.data import Data
+
+    from fgx.algorithms.fedpub import FedPub
+    from mechanisms import capture_setup
+
+    seen = capture_setup(monkeypatch, FedPub)
+    run_fgx(*NODE, "algorithm=fedpub", "algorithm.local_steps=3", "algorithm.l1=0.05", "rounds=1")
+    algo = seen["algo"]
+    proxy = next(p for k, p, *_ in recorded["sent"] if k == "proxy_graph")
+    graph = Data(x=proxy["x"], edge_index=proxy["edge_index"], num_nodes=proxy["x"].size(0))
+    emb = {src: p for src, _, p in by_round(recorded, "functional_embedding")[1]}
+    theta = {src: p for src, _, p in by_round(recorded, "weights")[1]}
+    assert len(emb) == len(algo.states)
+    for s in algo.states:
+        masks = {k: m.detach() for k, m in s.masks.items()}
+        assert masks and max(float((m - 1).abs().max()) for m in masks.values()) > 1e-3     # the masks moved
+        model = copy.deepcopy(s.model).eval()
+        with torch.no_grad():
+            model.load_state_dict({k: v * masks[k] if k in masks else v for k, v in theta[s.cid].items()})
+            want = model(graph).mean(0)
+            model.load_state_dict(theta[s.cid])
+            unmasked = model(graph).mean(0)
+        assert torch.allclose(emb[s.cid], want, atol=1e-5), f"client {s.cid}"
+        assert (unmasked - want).abs().max() > 1e-4                                          # the check can tell
+
+
 def _simplex_projection(v: torch.Tensor) -> torch.Tensor:
     """Euclidean projection of a vector onto the probability simplex (Duchi et al. 2008)."""
     u, _ = torch.sort(v, descending=True)

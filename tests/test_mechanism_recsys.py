@@ -67,6 +67,44 @@ def test_lpsfed_sends_eq14_mix_with_eq12_rho_bar(recorded, run_fgx, tmp_path, mo
     assert 1 not in by_round(recorded, "personalized_params")      # warm-up round: no mixing
 
 
+def test_lpsfed_clients_train_on_eq15_margin_with_the_one_the_server_sent(recorded, run_fgx, tmp_path, monkeypatch):
+    """Eq. 15 inside local training (issue 67 (c)): every margin a client's BC loss uses in round r is
+    ω·M_c + (1 - ω)·M_ui, M_c the margin the server sent it after round r - 1 (read from the channel;
+    0 before the first mixing) and M_ui the step's Eq. 8 margin."""
+    import fgx.algorithms.lpsfed as lpsfed
+    from fgx.recsys import losses
+
+    omega = 0.7
+    calls, trained = [], {}
+    real_train, real_refined = lpsfed.client_train, losses.refined_margin
+
+    def train(state, *a, **k):
+        trained[state.cid] = trained.get(state.cid, 0) + 1
+        calls.append((state.cid, trained[state.cid], []))
+        return real_train(state, *a, **k)
+
+    def refined(m_ui, context, w):
+        out = real_refined(m_ui, context, w)
+        calls[-1][2].append((m_ui.detach().double(), out.detach().double()))
+        return out
+
+    monkeypatch.setattr(lpsfed, "client_train", train)
+    monkeypatch.setattr(losses, "refined_margin", refined)
+    monkeypatch.setenv("FGX_DATA_DIR", str(tmp_path / "cache"))
+    run_fgx(*RANK, "rounds=3", "model=lgcn", "model.dim=8", "model.bias_dim=4", "model.frequency=8",
+            "algorithm=lpsfed", "algorithm.local_epochs=1", "algorithm.warmup_rounds=1", f"algorithm.omega={omega}")
+    sent = {r: {dst: float(p["margin"]) for _, dst, p in msgs} for r, msgs in by_round(recorded, "personalized_params").items()}
+    assert sorted(sent) == [2, 3] and all(abs(m) > 1e-3 for m in sent[2].values())   # no mixing in the warm-up
+    checked = 0
+    for cid, r, steps in calls:
+        context = sent.get(r - 1, {}).get(cid, 0.0)
+        assert steps, f"client {cid} round {r}: no BC step"
+        for m_ui, out in steps:
+            assert torch.allclose(out, omega * context + (1 - omega) * m_ui, atol=1e-6), f"client {cid} round {r}"
+        checked += r == 3
+    assert checked == 3                                     # every client trained on a received margin
+
+
 def _path_laplacian(n: int) -> sp.csr_matrix:
     a = sp.diags([np.ones(n - 1), np.ones(n - 1)], [-1, 1]).tocsr()
     d = np.asarray(a.sum(1)).ravel() ** -0.5

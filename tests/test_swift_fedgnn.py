@@ -237,3 +237,44 @@ def test_aggregates_compute_what_individual_remote_rows_would(model_name, layer0
 def test_swift_refuses_local_epochs_naming_the_key(run_fgx, tiny_cfg):
     with pytest.raises(SystemExit, match=r"algorithm\.local_epochs=1 .*use local_steps"):
         run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.local_epochs=1")
+
+
+def test_a_cross_step_feeds_each_boundary_node_the_mean_of_its_received_sum(recorded, run_fgx, tiny_cfg, monkeypatch):
+    """Inside a run (issue 67 (c)): the rows a cross step's forward gives the virtual neighbours are the
+    sums the server sent that client divided by k_v, each boundary node's number of distinct remote
+    neighbours, counted here from the client's cross edges (a sum over k_v parallel edges would count
+    the remote neighbourhood k_v times)."""
+    import fgx.algorithms.swift_fedgnn as swift
+
+    current, seen = [], []
+    real_cross, real_forward = swift.cross_step, swift.cross_forward
+
+    def cross(state, *a, **k):
+        current.append(state.cid)
+        try:
+            return real_cross(state, *a, **k)
+        finally:
+            current.pop()
+
+    def forward(model, view, sw, remote):
+        seen.append((current[-1], {i: r.detach().clone() for i, r in remote.items()}))
+        return real_forward(model, view, sw, remote)
+
+    monkeypatch.setattr(swift, "cross_step", cross)
+    monkeypatch.setattr(swift, "cross_forward", forward)
+    run_fgx(*tiny_cfg, "algorithm=swift_fedgnn", "algorithm.period=2", "algorithm.clients_per_cross_round=3",
+            "rounds=1")
+    received = [(dst, p) for kind, p, src, dst, r in recorded["sent"] if kind == "aggregates"]
+    assert received and [cid for cid, _ in seen] == [dst for dst, _ in received]
+    several = 0
+    for (cid, remote), (_, p) in zip(seen, received):
+        c = recorded["clients"][cid]
+        a, b = c.data.cross_edge_index
+        n = c.num_owned
+        owned, halo = torch.where(a < n, a, b), torch.where(a < n, b, a)
+        pairs = {(int(u), int(v)) for u, v in zip(owned, halo)}
+        k = torch.tensor([sum(1 for u, _ in pairs if u == int(v)) for v in _boundary(c)], dtype=torch.float)
+        several += int((k > 1).sum())
+        assert set(remote) == {1}                              # remote_layer0=drop: hidden layer only
+        assert torch.allclose(remote[1], p["h"][0].float() / k[:, None], atol=1e-6), f"client {cid}"
+    assert several > 0                                         # the mean is not the sum somewhere

@@ -9,6 +9,7 @@ import torch
 
 from fgx.federation import robust
 from mechanisms import by_round, floats
+from mechanisms import byzfl as load_byzfl
 
 N, D, F = 10, 40, 2
 
@@ -39,7 +40,7 @@ def _ours(name: str, **kw):
     ("krum", lambda b: b.Krum(f=F)), ("multi_krum", lambda b: b.MultiKrum(f=F)),
     ("trimmed_mean", lambda b: b.TrMean(f=F)), ("geometric_median", lambda b: b.GeometricMedian(nu=0.1, T=3))])
 def test_each_rule_equals_byzfl_on_random_inputs(name, byz, seed):
-    byzfl = pytest.importorskip("byzfl")
+    byzfl = load_byzfl()
     x = _inputs(seed)
     got = _ours(name).rule(x, torch.ones(N, dtype=torch.float64), F)
     want = byz(byzfl)(x.clone())
@@ -50,14 +51,14 @@ def test_each_rule_equals_byzfl_on_random_inputs(name, byz, seed):
 def test_median_equals_byzfl_on_numpy_inputs(n):
     # ByzFL's torch path takes torch.median, the lower of the two middle values for an even count; its numpy
     # path (np.median) averages them, as the coordinate-wise median of Yin et al. does: compared there
-    byzfl = pytest.importorskip("byzfl")
+    byzfl = load_byzfl()
     x = _inputs(n)[:n]
     got = _ours("median").rule(x, torch.ones(n, dtype=torch.float64), F)
     assert np.allclose(got.numpy(), byzfl.Median()(x.numpy()), atol=1e-12)
 
 
 def test_centered_clipping_equals_byzfl_over_rounds():
-    byzfl = pytest.importorskip("byzfl")
+    byzfl = load_byzfl()
     ours, theirs = _ours("centered_clipping", tau=2.0, iterations=2), byzfl.CenteredClipping(L=2, tau=2.0)
     for seed in range(3):           # the centre carries from one round to the next in both
         x = _inputs(seed)
@@ -65,7 +66,7 @@ def test_centered_clipping_equals_byzfl_over_rounds():
 
 
 def test_pre_aggregations_equal_byzfl():
-    byzfl = pytest.importorskip("byzfl")
+    byzfl = load_byzfl()
     x = _inputs(5)
     assert _close(robust.nearest_neighbour_mixing(x, F), byzfl.NNM(f=F)(x.clone()))
     assert _close(robust.clip_norms(x, 3.0), byzfl.Clipping(c=3.0)(x.clone()))

@@ -11,6 +11,7 @@ from fgx.config import ConfigError, validate
 from fgx.federation.robust import flatten
 from fgx.threats import model_poisoning as mp
 from mechanisms import by_round, capture_setup, flat
+from mechanisms import byzfl as load_byzfl
 
 RUN = ["dataset=csbm", "dataset.num_nodes=300", "dataset.num_features=8", "partitioner=random",
        "partitioner.num_clients=5", "model=gcn", "model.hidden=8", "algorithm=fedavg", "algorithm.local_steps=2",
@@ -79,7 +80,7 @@ def test_the_malicious_clients_are_the_seeds_and_the_same_for_every_attack(run_f
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_alie_and_ipm_equal_byzfl(seed):
-    byzfl = pytest.importorskip("byzfl")
+    byzfl = load_byzfl()
     honest = torch.randn(8, 30, generator=torch.Generator().manual_seed(seed), dtype=torch.float64)
     alie = mp.ALIE(mp.ALIEParams(z=1.5)).forge(honest[0], honest, 10, 2, 1, 0)
     ipm = mp.IPM(mp.IPMParams(epsilon=0.3)).forge(honest[0], honest, 10, 2, 1, 0)

@@ -144,8 +144,8 @@ MUTATIONS = [
       ["tests/test_mechanism_recsys.py::test_lpsfed_sends_eq14_mix_with_eq12_rho_bar"],
       "LPSFed: rho_bar forced to 1 (no personalisation)"),
     M("spectral_highest", "fgx/recsys/spectral.py",
-      "return np.clip(w[:k], 0.0, 2.0), v[:, :k]",
-      "return np.clip(w[-k:], 0.0, 2.0), v[:, -k:]",
+      "return np.clip(w[:k], 0.0, 2.0), canonical_basis(w, v)[:, :k]",
+      "return np.clip(w[-k:], 0.0, 2.0), canonical_basis(w, v)[:, -k:]",
       ["tests/test_mechanism_recsys.py::test_lowest_eigenpairs_are_the_lowest"],
       "LPSFed spectrum: highest eigenpairs instead of lowest"),
     M("spectral_softmax", "fgx/recsys/spectral.py",
@@ -642,10 +642,8 @@ MUTATIONS = [
       ["tests/test_table_stats.py::test_the_status_is_computed_from_the_checks_and_the_record"],
       "status: reproduced with floors and effort only"),
     M("missing_row_fails", "fgx/tables/checks.py",
-      "        return [Check(f\"ordering of {metric} by {key}{scope}\", sign.join(order), f\"not run: {missing}\", None,\n"
-      "                      \"not run\", kind=\"ordering\")]",
-      "        return [Check(f\"ordering of {metric} by {key}{scope}\", sign.join(order), f\"not run: {missing}\", False,\n"
-      "                      \"fails\", kind=\"ordering\")]",
+      "        return [Check(f\"{title}{scope}\", sign.join(labels), f\"not run: {missing}\", None, \"not run\", kind=\"ordering\")]",
+      "        return [Check(f\"{title}{scope}\", sign.join(labels), f\"not run: {missing}\", False, \"fails\", kind=\"ordering\")]",
       ["tests/test_table_stats.py::test_an_ordering_names_a_missing_row_and_states_its_direction_and_scope"],
       "a missing row's ordering reads fails"),
     M("open_edge_passes_effort", "fgx/tables/checks.py",

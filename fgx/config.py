@@ -240,7 +240,10 @@ class TopParams:
                                                      f"missing: {hint}) or 'none'")
 
 
-GROUP_KEYS = ("dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor")
+GROUP_KEYS = ("dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor", "threat", "aggregator")
+# groups a config written before they existed lacks (a committed record's .hydra/config.yaml): absent means
+# this component, which computes what every run computed before (no attack; the weighted average)
+GROUP_DEFAULTS = {"threat": {"name": "none"}, "aggregator": {"name": "mean", "pre": "none"}}
 
 
 @dataclass
@@ -273,7 +276,7 @@ def validate(cfg: DictConfig) -> Validated:
     top = build_params(TopParams, top_node, "", skip=())
     params, names, entries = {}, {}, {}
     for group in GROUP_KEYS:
-        node = container.get(group)
+        node = container.get(group, GROUP_DEFAULTS.get(group))
         if node is None:
             raise ConfigError(group, None, f"a `{group}` config group (conf/{group}/*.yaml)")
         if not isinstance(node, dict) or "name" not in node:
@@ -356,6 +359,12 @@ DATASET_ALGORITHM_KEY = "default_algorithm"
 BOOKKEEPING_DOTTED = ("dataset.download", f"dataset.{DATASET_ALGORITHM_KEY}")
 
 
+def _is_neutral(node, neutral: dict) -> bool:
+    """``threat: {name: none}``; ``aggregator: {name: mean, pre: none, ...}``: the parameters of another
+    aggregator or pre-aggregation that the plain average does not read do not matter."""
+    return isinstance(node, dict) and all(node.get(k) == v for k, v in neutral.items())
+
+
 def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:
     """The resolved config without bookkeeping keys, and a short hash of it: two runs with the same
     fingerprint and seed compute the same thing."""
@@ -369,6 +378,11 @@ def config_fingerprint(cfg: DictConfig | dict) -> tuple[dict, str]:
         if isinstance(c.get(group), dict) and key in c[group]:
             c[group] = {k: v for k, v in c[group].items() if k != key}
     # a canary audit that is off (privacy.audit.canaries: 0, fgx/privacy/audit/) changes nothing a run computes
+    # no attack and the plain average compute what every run computed before these groups existed: left out,
+    # so that adding them changed no committed record's fingerprint
+    for group, neutral in GROUP_DEFAULTS.items():
+        if group in c and _is_neutral(c[group], neutral):
+            del c[group]
     priv = c.get("privacy")
     if isinstance(priv, dict) and isinstance(priv.get("audit"), dict) and not priv["audit"].get("canaries"):
         c["privacy"] = {k: v for k, v in priv.items() if k != "audit"}

@@ -89,6 +89,9 @@ ALGORITHMS = Registry("algorithm", "fgx.algorithms")
 PRIVACY = Registry("privacy", "fgx.privacy")
 UNLEARNING = Registry("unlearning", "fgx.unlearning")
 EXECUTORS = Registry("executor", "fgx.federation")
+THREATS = Registry("threat", "fgx.threats")                 # attacks (docs/threats.md)
+AGGREGATORS = Registry("aggregator", "fgx.federation")      # the server's rule over updates (fgx/federation/robust.py)
 
 GROUPS: dict[str, Registry] = {r.group: r for r in
-                               (DATASETS, PARTITIONERS, MODELS, ALGORITHMS, PRIVACY, UNLEARNING, EXECUTORS)}
+                               (DATASETS, PARTITIONERS, MODELS, ALGORITHMS, PRIVACY, UNLEARNING, EXECUTORS,
+                                THREATS, AGGREGATORS)}

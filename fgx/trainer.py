@@ -311,6 +311,7 @@ class Loop:
     startup_s: float | None = None
     diverged: dict | None = None       # DivergenceWatch's event
     diagnostics: dict | None = None    # the mechanism diagnostics over the rounds
+    attack: dict | None = None         # the threat's metrics at the latest evaluation (threat.metrics)
     identity: dict = field(default_factory=dict)   # config_sha and seed, kept in every checkpoint
     items: StateItems = field(default_factory=StateItems)   # test items of each compared state (not checkpointed)
 
@@ -347,6 +348,13 @@ def _build(v: Validated, rd: RunDir) -> Job:
     log.info("partitioner %s: %d clients, L/S %.2f%s", v.names["partitioner"], len(clients), pstats["ls_ratio"],
              "" if cross is None else f", {cross} cross-client edges")
 
+    # the attack's malicious clients, drawn from the seed, and their data poisoned before the algorithm sees it
+    threat = v.entries["threat"].obj(v.params["threat"])
+    threat.choose(len(clients), top.seed)
+    clients = threat.poison_data(clients, info, top.seed)
+    aggregator = v.entries["aggregator"].obj(v.params["aggregator"])
+    if threat.malicious:
+        log.info("threat %s: malicious clients %s", v.names["threat"], sorted(threat.malicious))
     algo_cls = v.entries["algorithm"].obj
     privacy = v.entries["privacy"].obj(v.params["privacy"])
     executor = v.entries["executor"].obj(v.params["executor"])
@@ -356,7 +364,7 @@ def _build(v: Validated, rd: RunDir) -> Job:
     ctx = Context(clients=clients, info=info, config=v, params=v.params["algorithm"],
                   model_params=v.params["model"], model_builder=model_builder(v),
                   channel=channel, executor=executor, privacy=privacy, device=device, seed=top.seed,
-                  log=log, global_data=ds.data)
+                  log=log, global_data=ds.data, threat=threat, aggregator=aggregator)
     privacy.bind(ctx)
     algo = algo_cls(ctx)
     executor.start_round(top.seed, 0)   # client-side randomness is seeded per (seed, round, client)
@@ -459,13 +467,15 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
             if evaluate:
                 res = job.evaluator(algo, local=local_eval, complete=r == top.rounds or note is not None,
                                     items=True)
+                attack = ctx.threat.metrics(algo, job.evaluator)     # {} without an attack that measures itself
+                loop.attack = attack or loop.attack
                 cum_bytes = sum(sum(b.values()) for rr, b in channel.bytes.items() if rr <= r)
                 for split, m in res.items():
                     rd.append_jsonl("metrics.jsonl", {
                         "round": r, "split": split, **{f"train_{k}" if k == "loss" else k: val
                                                         for k, val in stats.items()},
                         "mean": m["mean"], **({"clients_skipped": m["skipped"]} if m["skipped"] else {}),
-                        "pooled": m["pooled"], "per_client": m["per_client"],
+                        "pooled": m["pooled"], "per_client": m["per_client"], **({"threat": attack} if attack else {}),
                         "bytes_cumulative": cum_bytes, "wall_time_s": time.time() - t_loop})
                     metric_logger.log(r, split, {**m["mean"], **({f"pooled_{k}": x for k, x in m["pooled"].items()}
                                                                  if m["pooled"] else {})})
@@ -509,6 +519,7 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
     if last is None:   # resumed after the final round: evaluate the restored state
         last = job.evaluator(algo, local=top.eval_model == "local", items=True)
         loop.items.update(last, False, [])
+        loop.attack = job.ctx.threat.metrics(algo, job.evaluator) or None
     privacy.finish(algo)
     unlearning = v.entries["unlearning"].obj(v.params["unlearning"])
     # nothing to unlearn from a model that stopped training where it diverged
@@ -570,6 +581,9 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
         summary["diverged"] = loop.diverged
     if loop.diagnostics is not None:
         summary["diagnostics"] = loop.diagnostics
+    if v.names["threat"] != "none" or not job.ctx.aggregator.neutral:
+        summary["threat"] = {**job.ctx.threat.report(), "aggregator": v.names["aggregator"],
+                             "pre": v.params["aggregator"].pre, **(loop.attack or {})}
     if unl is not None:
         summary["unlearning"] = unl.get("summary", {k: unl[k] for k in list(unl)[:8] if not isinstance(unl[k], list)})
     rd.write_json("summary.json", summary)

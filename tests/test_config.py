@@ -65,7 +65,8 @@ def test_build_params_converts_types():
 
 def test_default_config_validates():
     v = validate(compose([]))
-    assert set(v.names) == {"dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor"}
+    assert set(v.names) == {"dataset", "partitioner", "model", "algorithm", "privacy", "unlearning", "executor",
+                            "threat", "aggregator"}
 
 
 def test_task_mismatch_is_refused_before_work():

@@ -34,6 +34,12 @@ class Algorithm:
     # (``client_objective`` builds the round's); None (the default): some of its client work is its own.
     # executor=batched asks it, before work starts, whether every client call can run as one batch
     objective: type[Objective] | None = None
+    # True in the class body of an algorithm whose ``aggregate`` (and ``round``, where it has its own) call
+    # ``ctx.threat.tamper`` and ``ctx.aggregator`` (FedAvg's aggregate phase); see ``calls_threat_hooks``
+    threat_hooks: bool = False
+    # the reason, where the server needs each client's update in clear (clustering on updates, personalised
+    # aggregation by update similarity): secure aggregation refuses such a method with it; None: the sum will do
+    needs_individual_updates: str | None = None
 
     def __init__(self, ctx):
         self.ctx = ctx
@@ -180,6 +186,19 @@ class Algorithm:
     def make_views(self, include_cross: bool = False) -> dict[int, Any]:
         task = self.ctx.info.task
         return {c.cid: local_view(c, task, include_cross).to(self.ctx.device) for c in self.ctx.clients}
+
+
+def calls_threat_hooks(cls: type) -> bool:
+    """True where a round of ``cls`` calls the threat hooks: the class that defines its ``aggregate``, and
+    the one that defines its ``round`` unless that is Algorithm's, declare ``threat_hooks = True`` in their
+    own body (a subclass that overrides either phase without declaring it is taken not to call them)."""
+    for phase in ("round", "aggregate"):
+        owner = next(k for k in cls.__mro__ if phase in vars(k))
+        if phase == "round" and owner is Algorithm:
+            continue
+        if not vars(owner).get("threat_hooks", False):
+            return False
+    return True
 
 
 def eval_items(view, task: str, splits=SPLITS, subset: int | None = None, seed: int = 0,

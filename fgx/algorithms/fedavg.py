@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import torch
 
 from fgx.algorithms.base import (Algorithm, add_delta, aggregation_weights, copy_model, flat_params, mean_loss,
-                                  weighted_average, zero_delta)
+                                  zero_delta)
 from fgx.config import spec
 from fgx.federation.channel import Message
 from fgx.federation.client import ClientState, LocalTrainParams, Objective, make_client_state
@@ -31,6 +31,7 @@ class FedAvg(Algorithm):
     has_local_models = True
     client_state: type[ClientState] = ClientState   # what a client keeps (SCAFFOLD: its control variate too)
     objective = Objective                           # its clients' objective adds nothing
+    threat_hooks = True                             # its aggregate phase calls ctx.threat.tamper and ctx.aggregator
 
     def setup(self) -> None:
         self.views = self.make_views(include_cross=False)
@@ -66,10 +67,13 @@ class FedAvg(Algorithm):
         them stay in ``self.received`` (chosen states, updates) for server-side steps that follow the
         average (FedTAD's distillation)."""
         ch = self.ctx.channel
-        deltas = [ch.send(self.up, u.delta, src=s.cid, dst="server", round=r) for s, u in zip(chosen, updates)]
+        # a threat's malicious clients tamper with their updates, having seen the round's honest ones (threat=none:
+        # as they are); the aggregator (aggregator=mean: weighted_average) combines what the server received
+        sent = self.ctx.threat.tamper([s.cid for s in chosen], [u.delta for u in updates], r)
+        deltas = [ch.send(self.up, d, src=s.cid, dst="server", round=r) for s, d in zip(chosen, sent)]
         self.received = (chosen, deltas)
         # nobody sampled this round (Poisson): a zero update, which a DP mechanism still noises
-        mean = weighted_average(deltas, aggregation_weights(chosen, self.params.weighting)) if deltas else \
+        mean = self.ctx.aggregator(deltas, aggregation_weights(chosen, self.params.weighting)) if deltas else \
             zero_delta(self.shared_weights())
         return ch.aggregate(self.up, mean, len(chosen), r), {"loss": mean_loss(u.loss.loss for u in updates)}
 

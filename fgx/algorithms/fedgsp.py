@@ -258,6 +258,7 @@ def personalised_average(weights: list[dict], w: torch.Tensor, w_k: torch.Tensor
 class FedGSP(Algorithm):
     """The base round's phases: personalised models down (``client_objective``), models and descriptors
     up and the collaboration graphs optimised (``aggregate``), the personalised averages (``server_update``)."""
+    needs_individual_updates = "FedGSP's server averages each client's own model with personalised weights"
     objective = Personalised
     requires_model = ("unifilter", "FedGSP aggregates UniFilter's per-order combination coefficients")
     messages = {

@@ -120,6 +120,7 @@ class FedGTA(UploadedLocalModels, Algorithm):
     """The base round's phases: every client trains from the personalised weights it holds
     (``client_objective``), uploads its weights and topology descriptors (``aggregate``), and the server
     sends each client its personalised average (``server_update``)."""
+    needs_individual_updates = "FedGTA's server averages each client's own model with personalised weights"
     messages = {"personalised_weights": Message("down"), "weights": Message("up", release=True),
                 "lp_moments": Message("up"), "smoothing_confidence": Message("up")}
     objective = Described

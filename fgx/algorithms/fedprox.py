@@ -45,6 +45,8 @@ class FedProx(FedAvg):
         return "fedavg: with one local step the proximal term's gradient is zero at the global weights" \
             if params.one_local_step() else None
 
+    threat_hooks = True     # its aggregate is FedAvg's (super) plus its own bookkeeping
+
     def aggregate(self, chosen, updates, r):
         """FedAvg's; its diagnostic: the proximal term at the end of local training, (μ/2)·‖Δ_i‖² of
         each received update, mean over clients, against the mean training loss."""

@@ -110,6 +110,7 @@ class FedPub(Algorithm):
     """The base round's phases: personalised weights down (``client_objective``), masked local training
     (``MaskedProximal``), weights and functional embeddings up (``aggregate``), the personalised averages
     (``server_update``)."""
+    needs_individual_updates = "FED-PUB's server averages each client's own model with personalised similarity weights"
     objective = MaskedProximal
     messages = {"proxy_graph": Message("down"), "personalised_weights": Message("down"),
                 "weights": Message("up", release=True), "functional_embedding": Message("up")}

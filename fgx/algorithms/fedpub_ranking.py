@@ -117,6 +117,7 @@ def fedpub_ranking_update(state: PubRankingClient, p, r_seed: int):
 class FedPubRanking(Algorithm):
     """``algorithm=fedpub`` on ranking data (``FedPub(ctx)`` returns this object there; the run's channel
     carries FedPub's message kinds)."""
+    needs_individual_updates = "FED-PUB's server averages each client's own model with personalised similarity weights"
 
     def setup(self) -> None:
         ctx, p = self.ctx, self.params

@@ -95,6 +95,8 @@ class FedSSPGraph(FedAvg):
             self.ctx.channel.broadcast("global_consensus", self.consensus, [s.cid for s in chosen], r)
         return Preference(self.params.tau_weight, self.params.momentum, gc)
 
+    threat_hooks = True     # its aggregate is FedAvg's (super) plus its own bookkeeping
+
     def aggregate(self, chosen, updates, r):
         """FedAvg's average of the updates; the clients' running means up, their mean the next consensus."""
         mean, stats = super().aggregate(chosen, updates, r)

@@ -155,6 +155,7 @@ def diversity_loss(noise: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
 
 @ALGORITHMS.register("fedtad", params=FedTADParams, tasks=("node",))
 class FedTAD(FedAvg):
+    needs_individual_updates = "FedTAD's server distils from each client's received update"
     messages = {"class_reliability": Message("up"), "global_weights": Message("down"),
                 "update": Message("up", release=True)}
 

@@ -59,6 +59,7 @@ def min_cut(weights: torch.Tensor) -> tuple[list[int], list[int]]:
 
 @ALGORITHMS.register("gcfl", params=GCFLParams, tasks=("node", "edge", "graph"))
 class GCFL(FedAvg):
+    needs_individual_updates = "GCFL clusters clients by the cosine similarity of their individual updates"
     messages = {"cluster_weights": Message("down"), "update": Message("up", release=True)}
 
     @classmethod

@@ -89,6 +89,8 @@ class Moon(FedAvg):
     def client_objective(self, chosen, weights, r):
         return Contrastive(self.params.mu, self.params.temperature)
 
+    threat_hooks = True     # its aggregate is FedAvg's (super) plus its own bookkeeping
+
     def aggregate(self, chosen, updates, r):
         """FedAvg's average; the loss is the cross-entropy, and MOON's diagnostic μ·ℓ_con over it (mean
         over clients), the contrastive loss's share of the local objective."""

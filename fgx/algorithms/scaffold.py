@@ -87,6 +87,8 @@ class Scaffold(FedAvg):
                                         [s.cid for s in chosen], r)
         return Corrected(gc, self.params)
 
+    threat_hooks = True     # its aggregate is FedAvg's (super) plus its own bookkeeping
+
     def aggregate(self, chosen, updates, r):
         """FedAvg's average of the updates; c moves by (1/N)·ΣΔc_i over the sampled clients."""
         mean, stats = super().aggregate(chosen, updates, r)

@@ -24,6 +24,8 @@ class Context:
     device: torch.device
     seed: int
     log: logging.Logger
+    threat: Any = field(default_factory=lambda: _no_threat())        # the run's attack (fgx/threats), none by default
+    aggregator: Any = field(default_factory=lambda: _mean())         # the server's rule over updates (fgx/federation/robust.py)
     global_data: Any = None       # the global graph: for evaluation/diagnostics only, never for training
     extras: dict = field(default_factory=dict)   # per-round records an algorithm wants written
 
@@ -46,3 +48,13 @@ class Context:
     def record(self, name: str, value: Any) -> None:
         """Ask the trainer to write ``value`` to ``<name>.jsonl`` in the run directory this round."""
         self.extras.setdefault(name, []).append(value)
+
+
+def _no_threat():
+    from fgx.threats.base import NoThreat, NoThreatParams
+    return NoThreat(NoThreatParams())
+
+
+def _mean():
+    from fgx.federation.robust import Mean, MeanParams
+    return Mean(MeanParams())

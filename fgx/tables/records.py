@@ -27,7 +27,7 @@ from fgx.provenance import code_changes, provenance  # noqa: F401 - provenance: 
 from fgx.report.runs import IGNORED_OVERRIDES, Run
 
 # summary.json keys a record keeps (per-client lists and run-directory paths stay in the run directory)
-SUMMARY_KEYS = ("status", "main_metric", "final", "best", "best_client", "privacy", "unlearning", "total_bytes",
+SUMMARY_KEYS = ("status", "main_metric", "final", "best", "best_client", "privacy", "unlearning", "threat", "total_bytes",
                 "wall_time_s", "train_time_s", "peak_rss_mb", "seed", "components", "data", "config_sha",
                 "sampling_se", "sampling", "rounds")
 PROVENANCE_KEYS = ("command", "launched_by", "commit", "dirty", "date", "machine", "code")

@@ -10,9 +10,12 @@ import pytest
 import torch
 
 from fgx.data.base import DatasetInfo
-from fgx.threats.backdoor import (BackdoorParams, GraphBackdoorCBA, GraphBackdoorDBA, NodeBackdoor,
-                                  choose_malicious)
-from fgx.threats.triggers import attach_node_trigger, embed_in_graphs, er_trigger, graph_offsets, split_trigger
+from fgx.threats.backdoor import BackdoorParams
+from fgx.threats.graph_backdoor_cba import GraphBackdoorCBA
+from fgx.threats.graph_backdoor_dba import GraphBackdoorDBA
+from fgx.threats.node_backdoor import NodeBackdoor, attach_node_trigger
+from fgx.threats.base import choose_malicious
+from fgx.threats.triggers import embed_in_graphs, er_trigger, graph_offsets, split_trigger
 
 INFO = DatasetInfo(name="edgeless", task="graph", num_classes=2, main_metric="accuracy", source="generated")
 
@@ -66,6 +69,7 @@ def test_malicious_clients_training_graphs_carry_their_trigger_and_the_target_la
     clients = edgeless_clients()
     before = [c.data.graph_y.clone() for c in clients]
     threat = cls(BackdoorParams(**PARAMS))
+    threat.choose(len(clients), 0)
     threat.poison_data(clients, INFO, seed=0)
     assert threat.malicious == set(choose_malicious(10, 0.3, 0)) and len(threat.malicious) == 3
     for c, y0 in zip(clients, before):
@@ -86,6 +90,7 @@ def test_malicious_clients_training_graphs_carry_their_trigger_and_the_target_la
 def test_the_distributed_backdoor_gives_each_malicious_client_only_its_local_trigger():
     clients = edgeless_clients()
     threat = GraphBackdoorDBA(BackdoorParams(**PARAMS))
+    threat.choose(len(clients), 0)
     threat.poison_data(clients, INFO, seed=0)
     counts = {}
     for cid in threat.malicious:
@@ -97,6 +102,7 @@ def test_the_distributed_backdoor_gives_each_malicious_client_only_its_local_tri
     assert all(max(c) < g for c in counts.values())                  # no malicious client embeds it whole
     cba = GraphBackdoorCBA(BackdoorParams(**PARAMS))
     clients = edgeless_clients()
+    cba.choose(len(clients), 0)
     cba.poison_data(clients, INFO, seed=0)
     assert torch.equal(cba.trigger, threat.trigger)                  # same seed: the same global trigger
     assert all(set(edges_per_graph(clients[c].data).unique().tolist()) == {0, g} for c in cba.malicious)
@@ -132,6 +138,7 @@ def fake_algo(clients, model):
 def test_attack_success_rate_counts_triggered_test_graphs_not_already_of_the_target_class():
     clients = edgeless_clients()
     threat = GraphBackdoorCBA(BackdoorParams(**PARAMS))
+    threat.choose(len(clients), 0)
     threat.poison_data(clients, INFO, seed=0)
     eligible = sum(int((c.data.graph_test_mask & (c.data.graph_y != 1)).sum()) for c in clients)
     m = threat.metrics(fake_algo(clients, EdgeModel()), None)
@@ -165,6 +172,7 @@ def test_node_backdoor_poisons_training_nodes_of_malicious_clients_only():
     clients = build_clients(ds.data, ds.info, list(parts))
     before = [(c.num_owned, c.data.y.clone(), c.data.cross_edge_index.clone()) for c in clients]
     threat = NodeBackdoor(BackdoorParams(fraction=0.4, target=0, trigger_size=3, density=1.0, poison_rate=0.3))
+    threat.choose(len(clients), 0)
     threat.poison_data(clients, ds.info, seed=0)
     assert len(threat.malicious) == 2
     for c, (n0, y0, cross0) in zip(clients, before):

@@ -6,16 +6,14 @@ attacker's ``target`` class; they then train and send their updates like every o
 sees nothing but updates, as in every run). The attack succeeds when the trained model classifies an
 item carrying the trigger as the target class.
 
-- ``graph_backdoor_cba`` / ``graph_backdoor_dba`` (graph classification; Xu et al. 2022, "More is Better
-  (Mostly): On the Backdoor Attacks in Federated Graph Neural Networks"): an Erdős–Rényi subgraph trigger
+- ``graph_backdoor_cba`` / ``graph_backdoor_dba`` (graph classification, fgx/threats/graph_backdoor_cba.py and
+  _dba.py; Xu et al. 2022, "More is Better (Mostly): On the Backdoor Attacks in Federated Graph Neural Networks"): an Erdős–Rényi subgraph trigger
   put into a share ``poison_rate`` of a malicious client's training graphs by subgraph replacement
   (fgx/threats/triggers.py). Centralised (CBA): every malicious client embeds the whole global trigger.
   Distributed (DBA): the global trigger's edges are split into one local trigger per malicious client,
   each embedding only its own. Both are tested with the whole global trigger.
-- ``node_backdoor`` (node classification): a fixed trigger subgraph (Erdős–Rényi structure, features of
-  the attacker's own nodes) attached to a share of a malicious client's training nodes, whose labels are
-  set to the target (the subgraph-trigger attack UGBA (Dai et al. 2023) compares with, SBA-Samp; UGBA's
-  own trigger generator, a bi-level optimisation against a surrogate GCN, is not built: docs/threats.md).
+- ``node_backdoor`` (node classification, fgx/threats/node_backdoor.py): a trigger subgraph attached to
+  poisoned training nodes.
 
 Attack success rate (``asr``): the share of the triggered test items whose true label is not the target
 that the model scores as the target class, pooled over every client's test items (the attacker targets the
@@ -25,12 +23,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 import torch
 
 from fgx.config import ConfigError, spec
 from fgx.data.base import DataError
-from fgx.threats.triggers import attach_node_trigger, embed_in_graphs, er_trigger, graph_offsets, split_trigger
+from fgx.threats.base import Threat, ThreatParams
+from fgx.threats.triggers import embed_in_graphs, er_trigger, graph_offsets, split_trigger
 
 # algorithms whose model reads more of a graph than its features and edges as the client's view holds them
 # (inputs computed once from each graph's structure at setup), or that score their own way: a trigger put
@@ -39,21 +37,13 @@ _OWN_INPUTS = {"fedstar": "its structural encodings are computed from each graph
                "fedssp_graph": "its spectral inputs (eigenvalues, filters) are computed from each graph at setup"}
 
 
-def choose_malicious(num_clients: int, fraction: float, seed: int) -> list[int]:
-    """round(fraction * num_clients) client ids, at least one when fraction > 0, drawn by ``seed``."""
-    k = min(num_clients, max(1 if fraction > 0 else 0, int(round(fraction * num_clients))))
-    g = torch.Generator().manual_seed(seed * 1_000_003 + 7070)
-    return sorted(torch.randperm(num_clients, generator=g)[:k].tolist())
-
-
 def attack_generator(seed: int, salt: int = 0) -> torch.Generator:
     """The attacker's own random stream (trigger, poisoned items), apart from the run's."""
     return torch.Generator().manual_seed(seed * 7919 + 7000 + salt)
 
 
 @dataclass
-class BackdoorParams:
-    fraction: float = field(default=0.2, metadata=spec(min=0.0, max=1.0, help="share of clients that are malicious"))
+class BackdoorParams(ThreatParams):
     target: int = field(default=0, metadata=spec(min=0, help="the class the trigger should make the model predict"))
     trigger_size: int = field(default=4, metadata=spec(min=2, help="nodes of the trigger subgraph"))
     density: float = field(default=0.8, metadata=spec(gt=0.0, max=1.0,
@@ -62,21 +52,24 @@ class BackdoorParams:
                                                           help="share of a malicious client's training items poisoned"))
 
 
-class Backdoor:
-    """What the graph-level and node-level backdoors share: malicious clients by seed, the attack success
-    rate from per-item hits, bootstrap replicates of it over the triggered items."""
+class Backdoor(Threat):
+    """What the graph-level and node-level backdoors share: the checks, the attack success rate from per-item
+    hits, bootstrap replicates of it over the triggered items."""
     task = ""
+    poisons_data = True
 
     def __init__(self, params: BackdoorParams):
-        self.params = params
-        self.malicious: set[int] = set()
+        super().__init__(params)
         self.poisoned: dict[int, int] = {}      # client id -> items poisoned
         self.last: dict | None = None           # the latest evaluation's hits and item ids
 
     @classmethod
     def check_config(cls, params: BackdoorParams, validated) -> None:
-        task = validated.entries["dataset"].meta.get("task")
-        if task is not None and task != cls.task:
+        from fgx.link.checks import run_task
+
+        super().check_config(params, validated)
+        task = run_task(validated.top, validated.entries)
+        if task != cls.task:
             raise ConfigError("threat.name", validated.names.get("threat", cls.__name__),
                               f"a threat of the '{task}' task of dataset '{validated.names['dataset']}' "
                               f"(this backdoor attacks the '{cls.task}' task)")
@@ -89,17 +82,12 @@ class Backdoor:
             raise ConfigError("algorithm", algo, "an algorithm that scores a client's view with its model "
                               "(this one scores its own way, which a trigger put into the view would not reach)")
 
-    def _choose(self, clients: list, info, seed: int) -> list[int]:
+    def _chosen(self, info) -> list[int]:
+        """The malicious clients (drawn by the trainer through ``choose``), once the target is known valid."""
         if self.params.target >= info.num_classes:
             raise DataError(f"threat.target={self.params.target}: dataset '{info.name}' has classes "
                             f"0..{info.num_classes - 1}")
-        chosen = choose_malicious(len(clients), self.params.fraction, seed)
-        self.malicious = set(chosen)
-        return chosen
-
-    def tamper(self, cids, deltas, r):
-        """A backdoor poisons data only: malicious clients send what their training on it gave."""
-        return deltas
+        return sorted(self.malicious)
 
     @staticmethod
     def model_of(algo, client):
@@ -126,6 +114,12 @@ class Backdoor:
         reps = bootstrap_item_means({"asr": h}, torch.zeros(h.numel(), dtype=torch.long), 1, items=self.last["ids"])
         return {"asr": encode_replicates(reps["asr"]), "split": split_key(self.last["ids"])}
 
+    def report(self) -> dict:
+        """summary.json's ``threat``: the malicious clients, how many items each poisoned, and the replicates of
+        the attack success rate (``sampling``: what a table's ordering test reads, fgx/tables/checks.py)."""
+        return {**super().report(), "poisoned": {str(k): v for k, v in sorted(self.poisoned.items())},
+                **({"sampling": reps} if (reps := self.replicates()) is not None else {})}
+
 
 class GraphBackdoor(Backdoor):
     """Xu et al. 2022's federated graph backdoor, centralised (``distributed`` False) or distributed."""
@@ -134,7 +128,7 @@ class GraphBackdoor(Backdoor):
 
     def poison_data(self, clients: list, info, seed: int) -> list:
         p = self.params
-        chosen = self._choose(clients, info, seed)
+        chosen = self._chosen(info)
         gen = attack_generator(seed)
         self.trigger = er_trigger(p.trigger_size, p.density, gen)
         local = split_trigger(self.trigger, len(chosen), gen) if self.distributed and chosen else \
@@ -163,14 +157,6 @@ class GraphBackdoor(Backdoor):
             ids.append(c.data.graph_ids[gids.cpu()])
         return self._result(hits, clean, ids) if hits else {"asr": float("nan"), "asr_clean": float("nan"),
                                                            "asr_items": 0.0}
-
-
-class GraphBackdoorCBA(GraphBackdoor):
-    distributed = False
-
-
-class GraphBackdoorDBA(GraphBackdoor):
-    distributed = True
 
 
 def poison_graphs(d, trigger: torch.Tensor, p: BackdoorParams, gen: torch.Generator) -> int:
@@ -204,76 +190,3 @@ def triggered_test_graphs(view, trigger: torch.Tensor, p: BackdoorParams, seed: 
     out.edge_index = embed_in_graphs(view.edge_index.cpu(), ptr, gids.tolist(), trigger, p.trigger_size,
                                      gen).to(view.edge_index.device)
     return out, gids.to(view.graph_y.device)
-
-
-class NodeBackdoor(Backdoor):
-    """A fixed trigger subgraph attached to poisoned training nodes of the malicious clients (labels set to
-    the target); tested by attaching it to every client's test nodes whose label is not the target."""
-    task = "node"
-
-    def poison_data(self, clients: list, info, seed: int) -> list:
-        p = self.params
-        chosen = self._choose(clients, info, seed)
-        gen = attack_generator(seed)
-        self.trigger = er_trigger(p.trigger_size, p.density, gen)
-        if not chosen:
-            self.trigger_x = torch.zeros(p.trigger_size, clients[0].data.x.size(1))
-            return clients
-        # the trigger's features: those of random nodes of the first malicious client (the colluding
-        # attackers share one trigger, built from their own data)
-        own = clients[chosen[0]].data.x[:clients[chosen[0]].num_owned]
-        self.trigger_x = own[torch.randint(own.size(0), (p.trigger_size,), generator=gen)].clone()
-        for cid in chosen:
-            self.poisoned[cid] = poison_nodes(clients[cid], self.trigger, self.trigger_x, p, gen)
-        return clients
-
-    def metrics(self, algo, evaluator) -> dict[str, float]:
-        hits, clean, ids = [], [], []
-        for c in algo.ctx.clients:
-            view = algo.view_for(c)
-            n = int(view.num_owned) if getattr(view, "num_owned", None) is not None else view.num_nodes
-            test = (view.test_mask[:n] & (view.y[:n] != self.params.target)).nonzero().view(-1)
-            if test.numel() == 0:
-                continue
-            from torch_geometric.data import Data
-
-            x, ei = attach_node_trigger(view.x, view.edge_index, view.num_nodes, test, self.trigger.to(test.device),
-                                        self.trigger_x.to(view.x.device))
-            tview = Data(x=x, edge_index=ei, num_nodes=x.size(0))
-            model = self.model_of(algo, c)
-            with torch.no_grad():
-                hits.append(model(tview)[test].argmax(-1).cpu() == self.params.target)
-                clean.append(model(view)[test].argmax(-1).cpu() == self.params.target)
-            ids.append(c.nodes[test.cpu()])
-        return self._result(hits, clean, ids) if hits else {"asr": float("nan"), "asr_clean": float("nan"),
-                                                           "asr_items": 0.0}
-
-
-def poison_nodes(client, trigger: torch.Tensor, trigger_x: torch.Tensor, p: BackdoorParams,
-                 gen: torch.Generator) -> int:
-    """Attach a trigger copy to ``poison_rate`` of the client's training nodes whose label is not the target
-    (drawn at random) and set their labels to the target. The trigger's nodes join the client's owned nodes
-    (after them come its halo nodes, renumbered), unlabelled and in no split; returns how many were poisoned."""
-    d, n = client.data, client.num_owned
-    train = d.train_mask[:n] & (d.y[:n] != p.target)
-    eligible = train.nonzero().view(-1)
-    k = min(eligible.numel(), max(1, int(round(p.poison_rate * int(d.train_mask[:n].sum())))))
-    if k == 0:
-        return 0
-    pick = eligible[torch.randperm(eligible.numel(), generator=gen)[:k]].sort().values
-    added = k * trigger_x.size(0)
-
-    # internal edges join owned nodes only (ids < n); cross-client edges' halo ends move up past the new nodes
-    x_own, d.edge_index = attach_node_trigger(d.x[:n], d.edge_index, n, pick, trigger, trigger_x)
-    d.x = torch.cat([x_own, d.x[n:]], 0)
-    d.cross_edge_index = torch.where(d.cross_edge_index >= n, d.cross_edge_index + added, d.cross_edge_index)
-    y = d.y.clone()
-    y[pick] = p.target
-    d.y = torch.cat([y[:n], torch.full((added,), -1, dtype=y.dtype), y[n:]])
-    for m in ("train_mask", "val_mask", "test_mask"):
-        mask = getattr(d, m)
-        setattr(d, m, torch.cat([mask[:n], torch.zeros(added, dtype=torch.bool), mask[n:]]))
-    d.num_nodes = int(d.x.size(0))
-    d.num_owned = n + added
-    client.num_owned = n + added
-    return k

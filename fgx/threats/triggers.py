@@ -8,8 +8,8 @@ uses these on clients' data and on the test items it scores).
 - Distributed (Xu et al. 2022, after Xie et al. 2020's DBA on images): the global trigger's edges are split
   into disjoint local triggers on the same positions, one per malicious client; together they are the
   global trigger.
-- Node level: a trigger subgraph of new nodes (their features drawn from the attacker's own nodes)
-  attached to a target node by one edge (UGBA's and SBA's shape: Dai et al. 2023, Zhang et al. 2021)."""
+
+The node-level trigger (a subgraph hung off a target node) is in fgx/threats/node_backdoor.py."""
 from __future__ import annotations
 
 import torch
@@ -71,17 +71,3 @@ def embed_in_graphs(edge_index: torch.Tensor, ptr: torch.Tensor, gids: list[int]
         pos[chosen] = -1
     out = torch.cat([edge_index[:, ~drop], *added], 1) if added else edge_index
     return coalesce(out, num_nodes=n)
-
-
-def attach_node_trigger(x: torch.Tensor, edge_index: torch.Tensor, num_nodes: int, targets: torch.Tensor,
-                        trigger: torch.Tensor, trigger_x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(x, edge_index) of a graph of ``num_nodes`` nodes with one copy of the trigger subgraph (its pairs
-    ``trigger`` over positions 0..k-1, its features ``trigger_x [k, F]``) per node of ``targets``, appended
-    after the graph's nodes, each copy's position 0 joined to its target by an undirected edge."""
-    k, t = trigger_x.size(0), targets.numel()
-    base = num_nodes + k * torch.arange(t)                           # first new node of each copy
-    inner = (base.view(1, t, 1) + trigger.view(2, 1, -1)).reshape(2, -1)
-    link = torch.stack([targets.long(), base])
-    new = torch.cat([inner, link], 1)
-    x_out = torch.cat([x, trigger_x.to(x.dtype).repeat(t, 1)], 0)
-    return x_out, torch.cat([edge_index, new, new.flip(0)], 1)

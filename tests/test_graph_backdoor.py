@@ -79,6 +79,7 @@ def test_malicious_clients_training_graphs_carry_their_trigger_and_the_target_la
             assert not touched.any() and torch.equal(d.graph_y, y0)
             continue
         n_train = int(d.graph_train_mask.sum())
+        assert n_train > 0
         assert int(touched.sum()) == threat.poisoned[c.cid] == max(1, round(0.5 * n_train))
         assert bool(d.graph_train_mask[touched].all())              # training graphs only
         assert bool((d.graph_y[touched] == 1).all())                # their labels set to the target
@@ -168,7 +169,7 @@ def test_node_backdoor_poisons_training_nodes_of_malicious_clients_only():
     from pathlib import Path
 
     ds = load_csbm(CsbmParams(num_nodes=400, num_features=8), DataEnv(Path("."), 0, logging.getLogger("t")))
-    parts = torch.randperm(400, generator=torch.Generator().manual_seed(0)).chunk(5)
+    parts = torch.randperm(400, generator=torch.Generator().manual_seed(101)).chunk(5)
     clients = build_clients(ds.data, ds.info, list(parts))
     before = [(c.num_owned, c.data.y.clone(), c.data.cross_edge_index.clone()) for c in clients]
     threat = NodeBackdoor(BackdoorParams(fraction=0.4, target=0, trigger_size=3, density=1.0, poison_rate=0.3))
@@ -180,6 +181,7 @@ def test_node_backdoor_poisons_training_nodes_of_malicious_clients_only():
             assert c.num_owned == n0 and torch.equal(c.data.y, y0)
             continue
         k = threat.poisoned[c.cid]
+        assert k == max(1, round(0.3 * int(c.data.train_mask[:n0].sum())))
         assert c.num_owned == n0 + 3 * k and c.data.x.size(0) == c.data.y.numel() == c.data.num_nodes
         flipped = (c.data.y[:n0] != y0[:n0]).nonzero().view(-1)
         assert flipped.numel() == k and bool((c.data.y[flipped] == 0).all()) and bool(c.data.train_mask[flipped].all())
@@ -189,3 +191,57 @@ def test_node_backdoor_poisons_training_nodes_of_malicious_clients_only():
         assert linked == set(flipped.tolist())
         assert not c.data.train_mask[n0:c.num_owned].any() and not c.data.test_mask[n0:c.num_owned].any()
         assert torch.equal(c.data.cross_edge_index - 3 * k * (cross0 >= n0).long(), cross0)   # halo ends moved up
+
+
+class NearTrigger(torch.nn.Module):
+    """Predicts class 0 for a node with a neighbour numbered at or past ``n`` (a trigger node hung off it), else 1."""
+
+    def __init__(self, n):
+        super().__init__()
+        self.n = n
+
+    def forward(self, view):
+        ei = view.edge_index
+        hit = torch.zeros(view.num_nodes, dtype=torch.bool)
+        hit[ei[1][ei[0] >= self.n]] = True
+        return torch.stack([hit.float(), (~hit).float()], 1)
+
+
+def test_node_attack_success_rate_counts_triggered_test_nodes_not_already_of_the_target_class():
+    import logging
+    from pathlib import Path
+
+    from fgx.data.base import DataEnv
+    from fgx.data.csbm import CsbmParams, load_csbm
+    from fgx.partition.base import build_clients
+    from fgx.tasks import local_view
+
+    ds = load_csbm(CsbmParams(num_nodes=300, num_features=8, num_classes=2), DataEnv(Path("."), 0, logging.getLogger("t")))
+    clients = build_clients(ds.data, ds.info, list(torch.randperm(300, generator=torch.Generator().manual_seed(1)).chunk(3)))
+    threat = NodeBackdoor(BackdoorParams(fraction=0.34, target=0, trigger_size=3, density=1.0, poison_rate=0.3))
+    threat.choose(len(clients), 0)
+    threat.poison_data(clients, ds.info, seed=0)
+    views = {c.cid: local_view(c, "node", False) for c in clients}
+    ctx = SimpleNamespace(clients=clients, seed=0, config=SimpleNamespace(top=SimpleNamespace(eval_model="global")))
+    algo = SimpleNamespace(ctx=ctx, view_for=lambda c: views[c.cid],
+                           model_for=lambda c: NearTrigger(views[c.cid].num_nodes))
+    eligible = sum(int((views[c.cid].test_mask & (views[c.cid].y != 0)).sum()) for c in clients)
+    assert 0 < eligible < sum(int(views[c.cid].test_mask.sum()) for c in clients)
+    # every eligible test node gets its own trigger copy (seen by the model), and only those count
+    assert threat.metrics(algo, None) == {"asr": 1.0, "asr_clean": 0.0, "asr_items": float(eligible)}
+
+
+def test_a_backdoor_run_on_mutag_poisons_the_malicious_clients_and_its_trigger_moves_test_graphs(run_fgx, data_root):
+    """Inside a run (the threat_graph preset, CBA, fewer rounds): 3 of 10 clients malicious, half of each one's
+    training graphs poisoned, and the learned backdoor moves far more triggered test graphs to the target class
+    than the same graphs without the trigger."""
+    import json
+
+    rd = run_fgx("+experiment=threat_graph", "threat=graph_backdoor_cba", "seed=0", "rounds=30", f"data_dir={data_root}")
+    s = json.loads((rd / "summary.json").read_text())
+    part = json.loads((rd / "partition.json").read_text())
+    t = s["threat"]
+    assert s["status"] == "completed" and len(t["malicious"]) == 3
+    assert t["poisoned"] == {str(c): round(0.5 * part["clients"][c]["train"]) for c in t["malicious"]}
+    assert t["asr_items"] > 0 and t["asr"] >= t["asr_clean"] + 0.25
+    assert "asr" in t["sampling"] and isinstance(t["sampling"]["split"], str)

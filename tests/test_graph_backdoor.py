@@ -245,3 +245,18 @@ def test_a_backdoor_run_on_mutag_poisons_the_malicious_clients_and_its_trigger_m
     assert t["poisoned"] == {str(c): round(0.5 * part["clients"][c]["train"]) for c in t["malicious"]}
     assert t["asr_items"] > 0 and t["asr"] >= t["asr_clean"] + 0.25
     assert "asr" in t["sampling"] and isinstance(t["sampling"]["split"], str)
+
+
+def test_a_node_backdoor_run_learns_its_trigger(run_fgx):
+    """Inside a run (FedAvg, GCN, a generated graph of 5 clients, 2 malicious): half of each malicious client's
+    training nodes poisoned, and the trigger moves far more test nodes to the target class than without it."""
+    import json
+
+    rd = run_fgx("algorithm=fedavg", "dataset=csbm", "dataset.num_nodes=600", "dataset.num_features=16",
+                 "partitioner=random", "partitioner.num_clients=5", "rounds=30", "model.hidden=16",
+                 "threat=node_backdoor", "threat.fraction=0.4", "threat.poison_rate=0.5", "threat.trigger_size=4",
+                 "threat.density=1.0")
+    s = json.loads((rd / "summary.json").read_text())
+    t = s["threat"]
+    assert s["status"] == "completed" and len(t["malicious"]) == 2 and all(v > 0 for v in t["poisoned"].values())
+    assert t["asr_items"] > 0 and t["asr"] >= t["asr_clean"] + 0.2

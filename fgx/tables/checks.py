@@ -518,6 +518,7 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     t = _with_main(t, main)
     metric = t.get("metric")
     extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
+    extra += [c for c in t.get("columns") or [] if c != metric]     # shown only (threat_graph: asr_clean)
     metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
     rep = build_report(runs, by=t.get("by"), metrics=metrics or None)
     metric = metric or rep.metrics[0] if rep.metrics else metric

@@ -412,6 +412,7 @@ def _resume(job: Job, rd: RunDir, config_sha: str) -> Loop:
         if ckpt is not None:
             job.algo.load_state_dict(ckpt["algorithm"])
             job.privacy.load_state_dict(ckpt["privacy"])
+            job.ctx.aggregator.load_state_dict(ckpt.get("aggregator") or {})
             job.channel.load_state_dict(ckpt["channel"])
             torch.set_rng_state(ckpt["torch_rng"])
             loop.start_round, loop.best, loop.elapsed_before = ckpt["round"] + 1, ckpt["best"], ckpt["elapsed_s"]
@@ -497,7 +498,7 @@ def _loop(job: Job, rd: RunDir, loop: Loop, resolved_cfg: dict) -> None:
                     last_ckpt = time.time()
                     rd.save_checkpoint({**loop.identity, "code": code_fingerprint(),
                                         "round": r, "algorithm": algo.state_dict(), "privacy": privacy.state_dict(),
-                                        "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
+                                        "aggregator": ctx.aggregator.state_dict(), "channel": channel.state_dict(), "torch_rng": torch.get_rng_state(),
                                         "best": loop.best, "client_best": loop.client_best,
                                         "elapsed_s": time.time() - t_loop})
             progress.update(r, status.strip(), evaluate)

@@ -48,3 +48,35 @@ def capture_setup(monkeypatch, cls, method: str = "setup") -> dict:
 
     monkeypatch.setattr(cls, method, wrapped)
     return seen
+
+
+def byzfl():
+    """ByzFL (the reference of the robust aggregators and attacks; `pip install -e '.[byzfl]'`), or a skip.
+    Its package __init__ imports its benchmark, which imports torchvision; its aggregators and attacks do not
+    use it, so where torchvision does not load beside this torch (a CPU torch wheel with PyPI's torchvision)
+    ByzFL is imported with an empty torchvision in its place."""
+    import importlib
+    import sys
+    import types
+
+    pytest = importlib.import_module("pytest")
+    if importlib.util.find_spec("byzfl") is None:
+        pytest.skip("byzfl is not installed (pip install -e '.[byzfl]')")
+    try:
+        return importlib.import_module("byzfl")
+    except (ImportError, RuntimeError):
+        for name in [m for m in sys.modules if m == "byzfl" or m.startswith(("byzfl.", "torchvision"))]:
+            del sys.modules[name]
+        class Inert(types.ModuleType):      # whatever ByzFL's benchmark builds from it at import: nothing
+            def __getattr__(self, name):
+                return lambda *a, **k: None
+
+        fake = types.ModuleType("torchvision")
+        fake.datasets, fake.transforms = Inert("datasets"), Inert("transforms")
+        sys.modules.update({"torchvision": fake, "torchvision.datasets": fake.datasets,
+                            "torchvision.transforms": fake.transforms})
+        try:
+            return importlib.import_module("byzfl")
+        finally:
+            for name in ("torchvision", "torchvision.datasets", "torchvision.transforms"):
+                sys.modules.pop(name, None)

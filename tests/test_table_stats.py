@@ -958,3 +958,36 @@ def test_a_run_resamples_its_distinct_items_once_however_many_clients_hold_them(
     other.update({"test": {"items": [(s, y, i + 1000) for s, y, i in per_client]}}, True, [0, 1])
     assert other.summary(2, 1, ("accuracy",))["split"]["final"] != out["split"]["final"]
     assert StateItems().summary(2, 1, ("accuracy",)) is None
+
+
+def test_an_ordering_of_rows_that_differ_in_two_keys_with_a_margin_is_the_shifted_paired_test():
+    """`rows` selectors compare cells that differ in several keys (threat_cora: a robust rule under attack
+    against the mean without one); `margin` m tests a ≥ b − m as the paired test of a + m against b, so
+    its error rate is that of the plain test (simulated above) at the shifted gap."""
+    from fgx.report.runs import Run
+    from fgx.report.table import build_report
+    from fgx.tables.checks import ordering_checks
+
+    def run(threat, agg, seed, acc):
+        return Run(Path(f"{threat}{agg}{seed}"), "completed", {"threat": threat, "aggregator": agg, "seed": str(seed)},
+                   {"final": {"accuracy": acc}, "seed": seed, "main_metric": "accuracy",
+                    "sampling_se": {"accuracy": 0.002}})
+
+    # robust under attack is 0.03 below the clean mean on every seed, seeds spread
+    runs = [run("none", "mean", s, 0.7 + 0.02 * s) for s in range(4)] + \
+        [run("attack", "median", s, 0.67 + 0.02 * s + 0.001 * (s % 2)) for s in range(4)] + \
+        [run("attack", "mean", s, 0.3) for s in range(4)]
+    rep = build_report(runs, by=["threat", "aggregator"], metrics=["accuracy"])
+    rows = [{"threat": "attack", "aggregator": "median"}, {"threat": "none", "aggregator": "mean"}]
+    [plain] = ordering_checks(rep, {"rows": rows}, "accuracy")
+    assert plain.outcome == "fails" and "Δ = -0.0295" in plain.fgx
+    [within] = ordering_checks(rep, {"rows": rows, "margin": 0.05}, "accuracy")
+    assert within.outcome == "holds" and "Δ = +0.0205" in within.fgx and within.paper.endswith("− 0.05")
+    [short] = ordering_checks(rep, {"rows": rows, "margin": 0.01}, "accuracy")
+    assert short.outcome == "fails"
+    [missing] = ordering_checks(rep, {"rows": [rows[0], {"threat": "other", "aggregator": "mean"}]}, "accuracy")
+    assert missing.outcome == "not run"
+    # key/order/where as before
+    [c] = ordering_checks(rep, {"key": "aggregator", "order": ["median", "mean"], "where": {"threat": "attack"}},
+                          "accuracy")
+    assert c.outcome == "holds"

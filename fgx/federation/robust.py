@@ -4,7 +4,12 @@
 FedAvg's aggregate phase (fgx/algorithms/fedavg.py) calls ``ctx.aggregator(deltas, weights)`` where it
 averaged. Robust rules see each update as one flat vector of its floating tensors and treat clients
 alike (the weights are the honest clients' claim, which a malicious client could inflate); ``pre``
-transforms the vectors first (``clip``: norm clipping; ``nnm``: nearest-neighbour mixing)."""
+transforms the vectors first (``clip``: norm clipping; ``nnm``: nearest-neighbour mixing).
+
+The rules follow ByzFL's definitions (Allouah et al. 2023; byzfl.aggregators) and tests/test_robust_aggregators.py
+checks each against ByzFL on random inputs. They are written here in torch rather than called from ByzFL
+because the defining step of each must be in this repository for the mutation tests to break it
+(scripts/known_mutations.py), and so that a robust run needs no optional package."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -80,6 +85,13 @@ class Aggregator:
     def rule(self, vecs: torch.Tensor, weights: torch.Tensor, f: int) -> torch.Tensor:
         raise NotImplementedError
 
+    def state_dict(self) -> dict:
+        """What a rule carries from round to round (centered clipping's centre); {} for the others."""
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
     @classmethod
     def check_config(cls, params, validated) -> None:
         """Refuse a rule other than the plain average where it would be ignored (an algorithm whose
@@ -146,3 +158,131 @@ class Mean(Aggregator):
 
     def rule(self, vecs: torch.Tensor, weights: torch.Tensor, f: int) -> torch.Tensor:
         return (weights[:, None] * vecs).sum(0) / weights.sum()
+
+
+# -- the robust rules (Byzantine-robust aggregation). Each treats clients alike and needs each update. ----------
+
+INDIVIDUAL = "a robust rule compares the clients' individual updates"
+
+
+@dataclass
+class RobustParams(AggregatorParams):
+    pass
+
+
+def _check_f(name: str, n: int, f: int, need: int) -> None:
+    if n < need:
+        raise ValueError(f"aggregator {name}: {n} updates in the round cannot tolerate f = {f} (needs n >= {need})")
+
+
+@AGGREGATORS.register("median", params=RobustParams)
+class Median(Aggregator):
+    """Coordinate-wise median (Yin et al. 2018); the mean of the two middle values for an even count."""
+    name = "median"
+    needs_individual_updates = INDIVIDUAL
+
+    def rule(self, vecs, weights, f):
+        return coordinate_median(vecs)
+
+
+def coordinate_median(vecs: torch.Tensor) -> torch.Tensor:
+    s = vecs.sort(dim=0).values
+    n = s.size(0)
+    return s[n // 2] if n % 2 else (s[n // 2 - 1] + s[n // 2]) / 2
+
+
+@AGGREGATORS.register("trimmed_mean", params=RobustParams)
+class TrimmedMean(Aggregator):
+    """Coordinate-wise trimmed mean (Yin et al. 2018): the f largest and f smallest values of each
+    coordinate dropped, the rest averaged."""
+    name = "trimmed_mean"
+    needs_individual_updates = INDIVIDUAL
+
+    def rule(self, vecs, weights, f):
+        n = vecs.size(0)
+        _check_f(self.name, n, f, 2 * f + 1)
+        return vecs.sort(dim=0).values[f:n - f].mean(0)
+
+
+def krum_scores(vecs: torch.Tensor, f: int) -> torch.Tensor:
+    """Each vector's mean squared distance to its n - f - 1 nearest others (ByzFL's Krum score; Blanchard
+    et al. 2017 sum over n - f - 2: the same order up to that one neighbour)."""
+    n = vecs.size(0)
+    d2 = torch.cdist(vecs, vecs).pow(2)
+    return d2.sort(dim=1).values[:, 1:n - f].mean(1)
+
+
+@AGGREGATORS.register("krum", params=RobustParams)
+class Krum(Aggregator):
+    """Krum (Blanchard et al. 2017): the one update with the smallest Krum score."""
+    name = "krum"
+    needs_individual_updates = INDIVIDUAL
+
+    def rule(self, vecs, weights, f):
+        _check_f(self.name, vecs.size(0), f, 2 * f + 1)
+        return vecs[krum_scores(vecs, f).argmin()]
+
+
+@AGGREGATORS.register("multi_krum", params=RobustParams)
+class MultiKrum(Aggregator):
+    """Multi-Krum: the mean of the n - f updates with the smallest Krum scores."""
+    name = "multi_krum"
+    needs_individual_updates = INDIVIDUAL
+
+    def rule(self, vecs, weights, f):
+        n = vecs.size(0)
+        _check_f(self.name, n, f, 2 * f + 1)
+        return vecs[krum_scores(vecs, f).topk(n - f, largest=False).indices].mean(0)
+
+
+@dataclass
+class GeometricMedianParams(AggregatorParams):
+    nu: float = field(default=0.1, metadata=spec(gt=0.0, help="smoothing: distances below nu count as nu"))
+    iterations: int = field(default=3, metadata=spec(min=1, help="smoothed Weiszfeld iterations from 0 (RFA uses 3)"))
+
+
+@AGGREGATORS.register("geometric_median", params=GeometricMedianParams)
+class GeometricMedian(Aggregator):
+    """RFA (Pillutla et al. 2022): the geometric median by the smoothed Weiszfeld algorithm, ``iterations``
+    steps from the origin, each a mean weighted by 1 / max(nu, distance to the current estimate)."""
+    name = "geometric_median"
+    needs_individual_updates = INDIVIDUAL
+
+    def rule(self, vecs, weights, f):
+        z = torch.zeros_like(vecs[0])
+        for _ in range(self.params.iterations):
+            beta = 1.0 / (vecs - z).norm(dim=1).clamp(min=self.params.nu)
+            z = (beta[:, None] * vecs).sum(0) / beta.sum()
+        return z
+
+
+@dataclass
+class CenteredClippingParams(AggregatorParams):
+    tau: float = field(default=10.0, metadata=spec(gt=0.0, help="clipping radius around the centre"))
+    iterations: int = field(default=1, metadata=spec(min=1, help="clipping steps per round (L)"))
+
+
+@AGGREGATORS.register("centered_clipping", params=CenteredClippingParams)
+class CenteredClipping(Aggregator):
+    """Centered clipping (Karimireddy et al. 2021): from the previous round's aggregate v (0 at first),
+    ``iterations`` times v <- v + mean_i clip_tau(x_i - v)."""
+    name = "centered_clipping"
+    needs_individual_updates = INDIVIDUAL
+
+    def __init__(self, params):
+        super().__init__(params)
+        self.centre: torch.Tensor | None = None
+
+    def rule(self, vecs, weights, f):
+        v = torch.zeros_like(vecs[0]) if self.centre is None or self.centre.shape != vecs[0].shape else \
+            self.centre.to(vecs)
+        for _ in range(self.params.iterations):
+            v = v + clip_norms(vecs - v, self.params.tau).mean(0)
+        self.centre = v.detach().clone()
+        return v
+
+    def state_dict(self) -> dict:
+        return {"centre": self.centre}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.centre = state.get("centre")

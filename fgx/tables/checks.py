@@ -231,28 +231,45 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
 def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
     """One check per adjacent pair of ``o['order']`` (a ≥ b, b ≥ c, ...), each tested on the seeds both
     ran and their test items (fgx/tables/stats.py), not yet adjusted (``compare`` adjusts a table's
-    orderings together). A row the record lacks is "not run"."""
-    key, order = o["key"], [str(x) for x in o["order"]]
-    where = {k: str(v) for k, v in (o.get("where") or {}).items()}
+    orderings together). A row the record lacks is "not run". ``o['rows']`` (row selectors, e.g.
+    ``{threat: sign_flip, aggregator: median}``) in place of ``key``/``order``/``where`` compares rows that
+    differ in several keys; ``o['margin']`` m tests a ≥ b − m (non-inferiority: a's values shifted by m,
+    the same paired test of the shifted gap)."""
     lower = bool(o.get("lower_is_better", False))
+    margin = float(o.get("margin", 0.0))
     sign = " ≤ " if lower else " ≥ "
-    scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
+    if "rows" in o:
+        selectors = [{k: str(v) for k, v in sel.items()} for sel in o["rows"]]
+        labels = ["(" + ", ".join(f"{k}={v}" for k, v in sel.items()) + ")" for sel in selectors]
+        scope, title = "", "ordering of rows"
+    else:
+        key, order = o["key"], [str(x) for x in o["order"]]
+        where = {k: str(v) for k, v in (o.get("where") or {}).items()}
+        selectors, labels = [{**where, key: x} for x in order], order
+        scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
+        title = f"ordering of {metric} by {key}"
     per_seed = _seed_values(rep, metric)
-    chosen: dict[str, tuple[dict, dict]] = {}
-    for g, *_ in _group_means(rep, metric):
-        if key in g and all(_canon(g.get(k)) == _canon(v) for k, v in where.items()):
-            chosen.setdefault(_canon(g[key]), (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {})))
-    missing = [x for x in order if _canon(x) not in chosen]
+    groups = _group_means(rep, metric)
+    chosen: dict[int, tuple[dict, dict]] = {}
+    for i, sel in enumerate(selectors):
+        for g, *_ in groups:
+            if all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
+                chosen[i] = (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {}))
+                break
+    missing = [labels[i] for i in range(len(selectors)) if i not in chosen]
     if missing:
-        return [Check(f"ordering of {metric} by {key}{scope}", sign.join(order), f"not run: {missing}", None,
-                      "not run", kind="ordering")]
+        return [Check(f"{title}{scope}", sign.join(labels), f"not run: {missing}", None, "not run", kind="ordering")]
+    shift = margin if not lower else -margin
+    slack = "" if not margin else (f" − {margin:g}" if not lower else f" + {margin:g}")
     out = []
-    for a, b in zip(order, order[1:]):
-        (ga, va), (gb, vb) = chosen[_canon(a)], chosen[_canon(b)]
-        p = paired_outcome(va, vb, lower_is_better=lower, items=seed_terms(rep, ga, gb, metric))
+    for i in range(len(selectors) - 1):
+        a, b = labels[i], labels[i + 1]
+        (ga, va), (gb, vb) = chosen[i], chosen[i + 1]
+        p = paired_outcome({s: v + shift for s, v in va.items()}, vb, lower_is_better=lower,
+                           items=seed_terms(rep, ga, gb, metric))
         ok = {"holds": True, "fails": False}.get(p.outcome)
-        out.append(Check(f"{metric}: {a}{sign}{b}{scope}", f"{a}{sign}{b}", p.describe(), ok, p.outcome,
-                         kind="ordering", test=p))
+        claim = f"{a}{sign}{b}{slack}"
+        out.append(Check(f"{metric}: {claim}{scope}", claim, p.describe(), ok, p.outcome, kind="ordering", test=p))
     return out
 
 

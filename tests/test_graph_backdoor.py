@@ -260,3 +260,16 @@ def test_a_node_backdoor_run_learns_its_trigger(run_fgx):
     t = s["threat"]
     assert s["status"] == "completed" and len(t["malicious"]) == 2 and all(v > 0 for v in t["poisoned"].values())
     assert t["asr_items"] > 0 and t["asr"] >= t["asr_clean"] + 0.2
+
+
+@pytest.mark.parametrize("args, match", [
+    (["dataset=graph_synth", "algorithm=fedstar", "threat=graph_backdoor_cba"], r"algorithm='fedstar'.*structural encodings"),
+    (["dataset=csbm", "algorithm=fedavg", "threat=graph_backdoor_dba"], r"threat.name='graph_backdoor_dba'.*'node' task"),
+    (["dataset=graph_synth", "algorithm=fedavg", "threat=node_backdoor"], r"threat.name='node_backdoor'.*'graph' task"),
+])
+def test_a_backdoor_is_refused_where_its_trigger_would_not_reach_the_model(args, match, tmp_path, monkeypatch):
+    from fgx.cli import main
+
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit, match=match):
+        main(["run", *args])

@@ -171,6 +171,9 @@ def metric_values(summary: dict) -> dict[str, float]:
     for k, v in (summary.get("unlearning") or {}).items():   # certified unlearning: after the requests
         if isinstance(v, (int, float)) and not isinstance(v, bool):
             out[f"unlearning_{k}"] = float(v)
+    for k, v in (summary.get("threat") or {}).items():   # what an attack achieved (asr: docs/threats.md)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = float(v)
     if isinstance(summary.get("total_bytes"), (int, float)):
         out["MB"] = summary["total_bytes"] / 1e6
     if isinstance(summary.get("wall_time_s"), (int, float)):

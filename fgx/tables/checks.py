@@ -148,7 +148,19 @@ def _state_metric(summary: dict, metric: str) -> tuple[str, str] | None:
             node = summary.get(state) if state == "final" else (summary.get(state) or {}).get("test")
             if isinstance(node, dict) and base in node:
                 return state, base
+    if metric in ((summary.get("threat") or {}).get("sampling") or {}):
+        return "threat", metric     # an attack's rate on its own test items (a backdoor's asr), with replicates
     return None
+
+
+def _kept(summary: dict, state: str, base: str) -> tuple[dict | None, str | None]:
+    """A run's replicates of ``base`` on ``state`` and the key of the items they resample: a model state's
+    from ``sampling``, an attack's from ``threat.sampling`` (fgx/threats/backdoor.py)."""
+    if state == "threat":
+        node = (summary.get("threat") or {}).get("sampling") or {}
+        return node.get(base), node.get("split")
+    return ((summary.get("sampling") or {}).get(state) or {}).get(base), \
+        ((summary.get("sampling") or {}).get("split") or {}).get(state)
 
 
 def seed_terms(rep, ga: dict, gb: dict, metric: str) -> dict[str, SeedTerm | None]:
@@ -173,8 +185,7 @@ def seed_terms(rep, ga: dict, gb: dict, metric: str) -> dict[str, SeedTerm | Non
             out[seed] = None
             continue
         state, base = where
-        kept = [((s.get("sampling") or {}).get(state) or {}).get(base) for s in (sa, sb)]
-        splits = [((s.get("sampling") or {}).get("split") or {}).get(state) for s in (sa, sb)]
+        kept, splits = zip(*(_kept(s, state, base) for s in (sa, sb)))
         if all(isinstance(k, dict) for k in kept):
             ra, rb = (decode_replicates(k) for k in kept)
             if ra.size == rb.size and splits[0] == splits[1]:
@@ -524,6 +535,7 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     t = _with_main(t, main)
     metric = t.get("metric")
     extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
+    extra += [c for c in t.get("columns") or [] if c != metric]     # shown only (threat_graph: asr_clean)
     metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
     rep = build_report(runs, by=t.get("by"), metrics=metrics or None)
     metric = metric or rep.metrics[0] if rep.metrics else metric

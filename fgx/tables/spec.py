@@ -17,6 +17,7 @@ A targets file::
       - {key: method, order: [mafalda_sgd, dp_dsgd], where: {algorithm.mu: 1.0}, lower_is_better: true}
       - {key: method, order: [ce_fedgnn, fedgnn_st], metric: accuracy}   # another column than `metric`
     plot: {kind: sweep, x: algorithm.local_steps}   # figures: also written beside the table
+    columns: [asr_clean]        # further columns shown beside `metric` and the orderings' (no check)
 
 A targets file never says whether the table reproduces: that is computed from the record
 (fgx/tables/checks.py). Presets whose YAML holds an ``accounting:`` block are pure arithmetic

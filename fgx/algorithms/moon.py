@@ -58,10 +58,17 @@ class Contrastive(RepresentationObjective):
     def start(self, state, weights):
         if state.prev_weights is None:        # never trained: the initial model
             state.prev_weights = flat_params(state.model)
+        prev = state.prev_weights
+        if all(k in prev and torch.equal(prev[k], v) for k, v in weights.items()):
+            # the previous model is the one this round starts from (every client in round 1): z_prev = z_glob,
+            # so ℓ_con = ln 2 whatever z, a constant with zero gradient. No term, and the diagnostic counts 0
+            return Contrastive(self.mu, self.tau)
         z_prev = representation_of(state, state.prev_weights)
         return Contrastive(self.mu, self.tau, representation_of(state, weights), z_prev)
 
     def term(self, state, step):
+        if self.z_glob is None:               # the inert round above
+            return None
         z = step.rep[step.items]
         pos = nn.functional.cosine_similarity(z, self.z_glob[step.items], dim=-1)
         neg = nn.functional.cosine_similarity(z, self.z_prev[step.items], dim=-1)
@@ -91,7 +98,9 @@ class Moon(FedAvg):
 
     def aggregate(self, chosen, updates, r):
         """FedAvg's average; the loss is the cross-entropy, and MOON's diagnostic μ·ℓ_con over it (mean
-        over clients), the contrastive loss's share of the local objective."""
+        over clients), the contrastive loss's share of the local objective. A client whose previous model
+        is the round's start model (round 1) has no term (``Contrastive.start``) and counts 0: the share
+        reports what acts on the gradient, not the constant μ·ln 2."""
         mean, stats = super().aggregate(chosen, updates, r)
         loss = stats["loss"] = mean_loss(u.loss.ce for u in updates)
         con = mean_loss(u.loss.term for u in updates)

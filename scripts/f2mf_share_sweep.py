@@ -42,10 +42,12 @@ def run(overrides: list[str], where: Path) -> list[dict]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "fgx.cli", "run", *BASE, *overrides, f"hydra.run.dir={where}"]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
+    summary = where / "summary.json"
+    if not summary.exists():
         raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stderr[-2000:]}")
+    status = json.loads(summary.read_text())["status"]      # completed, or diverged (a large λ): kept as such
     rows = [json.loads(line) for line in (where / "metrics.jsonl").read_text().splitlines()]
-    return [{"round": r["round"], "regulariser_share": r.get("regulariser_share"), "fairness_gap": r.get("fairness_gap"),
+    return status, [{"round": r["round"], "regulariser_share": r.get("regulariser_share"), "fairness_gap": r.get("fairness_gap"),
              "ndcg@20": r["mean"]["ndcg@20"], "ndcg@20_advantaged": r["mean"]["ndcg@20_advantaged"],
              "ndcg@20_disadvantaged": r["mean"]["ndcg@20_disadvantaged"]}
             for r in rows if r.get("split") == "test"]
@@ -58,12 +60,13 @@ def main() -> int:
            "base": BASE, "settings": {}}
     with tempfile.TemporaryDirectory(prefix="fgx-f2mf-") as tmp:
         for k, (name, extra) in enumerate(SETTINGS.items()):
-            out["settings"][name] = {"overrides": extra, "evaluations": run(extra, Path(tmp) / f"run{k}")}
-            last = out["settings"][name]["evaluations"][-1]
-            print(f"{name:32s} share {last['regulariser_share']:.3g}  gap {last['fairness_gap']:+.4f}  "
-                  f"NDCG@20 {last['ndcg@20']:.4f} (A {last['ndcg@20_advantaged']:.4f}, "
-                  f"D {last['ndcg@20_disadvantaged']:.4f})", flush=True)
-    RECORD.write_text(json.dumps(out, indent=1) + "\n")
+            status, evals = run(extra, Path(tmp) / f"run{k}")
+            out["settings"][name] = {"overrides": extra, "status": status, "evaluations": evals}
+            RECORD.write_text(json.dumps(out, indent=1) + "\n")       # durable after every setting
+            last = evals[-1]
+            print(f"{name:32s} {status:9s} round {last['round']}: share {last['regulariser_share']:.3g}  "
+                  f"gap {last['fairness_gap']:+.4f}  NDCG@20 {last['ndcg@20']:.4f} "
+                  f"(A {last['ndcg@20_advantaged']:.4f}, D {last['ndcg@20_disadvantaged']:.4f})", flush=True)
     print(f"wrote {RECORD.relative_to(REPO)}")
     return 0
 

@@ -54,19 +54,26 @@ class Contrastive(RepresentationObjective):
     tau: float
     z_glob: torch.Tensor | None = None       # [n, d]
     z_prev: torch.Tensor | None = None       # [n, d]
+    inert: bool = False                      # z_prev = z_glob this round: the term is a constant
 
     def start(self, state, weights):
         if state.prev_weights is None:        # never trained: the initial model
             state.prev_weights = flat_params(state.model)
+        prev = state.prev_weights
+        # the previous model is the one this round starts from (every client in round 1): z_prev = z_glob
+        inert = all(k in prev and torch.equal(prev[k], v) for k, v in weights.items())
         z_prev = representation_of(state, state.prev_weights)
-        return Contrastive(self.mu, self.tau, representation_of(state, weights), z_prev)
+        return Contrastive(self.mu, self.tau, representation_of(state, weights), z_prev, inert)
 
     def term(self, state, step):
         z = step.rep[step.items]
         pos = nn.functional.cosine_similarity(z, self.z_glob[step.items], dim=-1)
         neg = nn.functional.cosine_similarity(z, self.z_prev[step.items], dim=-1)
         sims = torch.stack([pos, neg], dim=1) / self.tau
-        return self.mu * nn.functional.cross_entropy(sims, torch.zeros(z.size(0), dtype=torch.long, device=z.device))
+        con = self.mu * nn.functional.cross_entropy(sims, torch.zeros(z.size(0), dtype=torch.long, device=z.device))
+        # inert: μ·ℓ_con = μ·ln 2 whatever z, zero gradient. Its value less that constant keeps the gradient
+        # bit for bit (the two opposite halves still pass through autograd) and reports 0: what acts
+        return con - con.detach() if self.inert else con
 
     def finish(self, state, delta):
         state.prev_weights = flat_params(state.model)
@@ -93,7 +100,9 @@ class Moon(FedAvg):
 
     def aggregate(self, chosen, updates, r):
         """FedAvg's average; the loss is the cross-entropy, and MOON's diagnostic μ·ℓ_con over it (mean
-        over clients), the contrastive loss's share of the local objective."""
+        over clients), the contrastive loss's share of the local objective. A client whose previous model
+        is the round's start model (round 1) counts 0 (``Contrastive.term``): the share reports what acts on
+        the gradient, not the constant μ·ln 2."""
         mean, stats = super().aggregate(chosen, updates, r)
         loss = stats["loss"] = mean_loss(u.loss.ce for u in updates)
         con = mean_loss(u.loss.term for u in updates)

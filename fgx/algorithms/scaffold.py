@@ -4,7 +4,10 @@ The server keeps a control variate c, each client i its own c_i (both zero at th
 model parameter). A sampled client starts from the global weights x, takes K local steps on its
 corrected gradient g + c - c_i, then sets c_i+ = c_i - c + (x - y_i) / (K·lr) (option II) and sends
 Δy_i = y_i - x and Δc_i = c_i+ - c_i. The server moves x by the global learning rate times the mean
-Δy and c by (1/N)·ΣΔc_i over the sampled clients.
+Δy over the sampled clients S (uniform, Alg. 1's (1/|S|)ΣΔy_i; ``weighting: train_items`` weights it by
+training items, as OpenFGL and PFLlib do) and c by (|S|/N)·(1/|S|)ΣΔc_i = (1/N)·ΣΔc_i over S.
+Option II reads (x - y_i)/(K·lr) as the mean gradient of K plain SGD steps, so any other local solver
+is refused before work starts.
 
 Checked against the authors' pseudo-code (Alg. 1) and the codes FGL papers run: TsingZ0/PFLlib
 clientscaffold.py and xkLi-Allen/OpenFGL flcore/scaffold/{client,server}.py (the correction added to
@@ -18,7 +21,7 @@ import torch
 from fgx.algorithms.base import add_delta
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.algorithms.representation import check_setting
-from fgx.config import spec
+from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
 from fgx.federation.client import ClientState, Objective, steps_per_round
 from fgx.registry import ALGORITHMS
@@ -26,6 +29,11 @@ from fgx.registry import ALGORITHMS
 
 @dataclass
 class ScaffoldParams(FedAvgParams):
+    optimizer: str = field(default="sgd", metadata=spec(
+        choices=["adam", "sgd"], help="sgd only: option II's c_i = (x - y_i)/(K lr) is the mean gradient of K SGD steps"))
+    weighting: str = field(default="uniform", metadata=spec(
+        choices=["train_items", "uniform"], help="the mean of the sampled updates: uniform (the paper's Alg. 1) or "
+                                                 "by training items (OpenFGL, PFLlib)"))
     global_lr: float = field(default=1.0, metadata=spec(gt=0.0, help="server step size eta_g on the mean update"))
 
 
@@ -77,6 +85,10 @@ class Scaffold(FedAvg):
     def check_config(cls, params, validated) -> None:
         super().check_config(params, validated)
         check_setting(params, validated, "scaffold")
+        if params.optimizer != "sgd":
+            raise ConfigError("algorithm.optimizer", params.optimizer,
+                              "sgd with algorithm=scaffold (option II's control variate c_i = (x - y_i)/(K lr) is the "
+                              "mean gradient of K plain SGD steps; another optimiser's steps make it estimate nothing)")
 
     def setup(self) -> None:
         super().setup()
@@ -90,7 +102,8 @@ class Scaffold(FedAvg):
     threat_hooks = True     # its aggregate is FedAvg's (super) plus its own bookkeeping
 
     def aggregate(self, chosen, updates, r):
-        """FedAvg's average of the updates; c moves by (1/N)·ΣΔc_i over the sampled clients."""
+        """FedAvg's average of the updates (``weighting``); c moves by (|S|/N)·mean_S Δc_i = (1/N)·Σ_S Δc_i
+        (Alg. 1: the clients not sampled keep their c_j, so c stays the mean of all N)."""
         mean, stats = super().aggregate(chosen, updates, r)
         n = len(self.states)
         for s, u in zip(chosen, updates):

@@ -1074,6 +1074,17 @@ MUTATIONS = [
       "(view.y[:n] >= 0)",
       ["tests/test_graph_backdoor.py::test_node_attack_success_rate_counts_triggered_test_nodes_not_already_of_the_target_class"],
       "node ASR: test nodes already of the target class counted"),
+    # issue 70 (e): the tables' equality check (fgx/tables/checks.py), which decides secagg_cost
+    M("equality_on_mean_gap", "fgx/tables/checks.py",
+      "gaps[m] = {s: abs(va[s] - vb[s]) for s in shared}",
+      "gaps[m] = {s: abs(sum(va[x] - vb[x] for x in shared) / len(shared)) for s in shared}",
+      ["tests/test_table_stats.py::test_an_equality_holds_only_when_every_paired_seed_is_within_its_tolerance"],
+      "equality: decided on the mean gap, not seed by seed"),
+    M("equality_not_a_claim", "fgx/tables/checks.py",
+      'CLAIMS = ("paper", "ordering", "equal")',
+      'CLAIMS = ("paper", "ordering")',
+      ["tests/test_table_stats.py::test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round"],
+      "equality: a table of equalities reads 'runs as expected'"),
 ]
 
 

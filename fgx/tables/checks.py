@@ -291,8 +291,9 @@ def equality_checks(rep, e: dict, metric: str) -> list[Check]:
     same computation done another way: secure aggregation's sum against the plain average), decided seed
     by seed and not by a test of means, since one seed off by more than the tolerance breaks it. Rows are
     ``e['pair']`` (two values of ``e['key']``, within ``e['where']``) or ``e['rows']`` (two selectors, as an
-    ordering's). holds: every paired seed within the tolerance; fails: the largest gap, its metric and seed;
-    not run: a row the record lacks, or no seed both ran."""
+    ordering's). holds: every paired seed within the tolerance; fails: the largest gap, its metric and seed
+    (a metric undefined, NaN, in either row on a seed fails: it cannot be shown equal); not run: a row the
+    record lacks, or no seed both ran."""
     tol = float(e["tolerance"])
     metrics = list(e.get("metrics") or [metric])
     if "rows" in e:
@@ -317,13 +318,14 @@ def equality_checks(rep, e: dict, metric: str) -> list[Check]:
         shared = sorted(set(va) & set(vb), key=lambda s: (len(s), s))
         if not shared:
             return [Check(what, claim, f"not run: no seed both rows ran ({m})", None, "not run", kind="equal")]
-        gaps[m] = {s: 0.0 if va[s] != va[s] and vb[s] != vb[s] else abs(va[s] - vb[s]) for s in shared}
+        gaps[m] = {s: abs(va[s] - vb[s]) for s in shared}     # NaN (undefined on a side) breaks it
     worst_m, worst_s = max(((m, s) for m in gaps for s in gaps[m]), key=lambda ms: _nan_last(gaps[ms[0]][ms[1]]))
     worst = gaps[worst_m][worst_s]
     n = len(next(iter(gaps.values())))
     per_metric = ", ".join(f"{m} {max(g.values(), key=_nan_last):.2g}" for m, g in gaps.items())
-    ok = worst <= tol          # a NaN on one side only is never within the tolerance
-    fgx = f"max |Δ| over {n} paired seed(s): {per_metric}" + ("" if ok else f" (seed {worst_s}, {worst_m})")
+    ok = worst <= tol          # a NaN, undefined in either row, is never within the tolerance
+    # no "|" in the text: it is a cell of a markdown table
+    fgx = f"largest gap over {n} paired seed(s): {per_metric}" + ("" if ok else f" (seed {worst_s}, {worst_m})")
     return [Check(what, claim, fgx, ok, kind="equal")]
 
 

@@ -637,7 +637,7 @@ MUTATIONS = [
       ["tests/test_table_stats.py::test_holm_adjusts_step_down_and_decides_on_the_adjusted_value"],
       "Holm: adjusted p-values not made monotone"),
     M("reproduced_on_floors_alone", "fgx/tables/checks.py",
-      "        if any(c.kind in (\"paper\", \"ordering\") for c in decided):",
+      "        if any(c.kind in CLAIMS for c in decided):",
       "        if True:",
       ["tests/test_table_stats.py::test_the_status_is_computed_from_the_checks_and_the_record"],
       "status: reproduced with floors and effort only"),

@@ -996,7 +996,7 @@ def test_an_ordering_of_rows_that_differ_in_two_keys_with_a_margin_is_the_shifte
 def _scheme_run(n, scheme, seed, acc, auc=0.8, **summary):
     from fgx.report.runs import Run
 
-    return Run(Path(f"{scheme}{n}_{seed}"), "completed", {"n": str(n), "scheme": scheme, "seed": str(seed)},
+    return Run(Path(f"{scheme}{n}_{seed}"), "completed", {"clients": str(n), "scheme": scheme, "seed": str(seed)},
                {"final": {"accuracy": acc, "roc_auc": auc}, "seed": seed, "main_metric": "accuracy", **summary})
 
 
@@ -1008,8 +1008,8 @@ def test_an_equality_holds_only_when_every_paired_seed_is_within_its_tolerance()
     from fgx.tables.checks import equality_checks
 
     def check(runs, **e):
-        rep = build_report(runs, by=["n", "scheme"], metrics=["accuracy"])
-        [c] = equality_checks(rep, {"key": "scheme", "pair": ["masked", "plain"], "where": {"n": 10},
+        rep = build_report(runs, by=["clients", "scheme"], metrics=["accuracy"])
+        [c] = equality_checks(rep, {"key": "scheme", "pair": ["masked", "plain"], "where": {"clients": 10},
                                     "tolerance": 1e-6, **e}, "accuracy")
         return c
 
@@ -1017,7 +1017,7 @@ def test_an_equality_holds_only_when_every_paired_seed_is_within_its_tolerance()
     close = [_scheme_run(10, "masked", s, 0.5 + 0.1 * s + 4e-7) for s in range(3)]
     c = check(plain + close)
     assert (c.outcome, c.kind) == ("holds", "equal") and c.ok is True
-    assert c.what == "accuracy: masked = plain ± 1e-06 where n=10" and c.paper == "masked = plain ± 1e-06"
+    assert c.what == "accuracy: masked = plain ± 1e-06 where clients=10" and c.paper == "masked = plain ± 1e-06"
     assert c.fgx.startswith("largest gap over 3 paired seed(s): accuracy 4e-07")
     cancelling = [_scheme_run(10, "masked", s, 0.5 + 0.1 * s + d) for s, d in zip(range(3), (0.01, -0.01, 0.0))]
     c = check(plain + cancelling)
@@ -1035,15 +1035,15 @@ def test_an_equality_holds_only_when_every_paired_seed_is_within_its_tolerance()
     c = check(both_nan, metrics=["accuracy", "roc_auc"])
     assert c.outcome == "fails" and "roc_auc nan" in c.fgx
     # the other scope (n=100) has no masked row; seeds the rows do not share
-    assert check(plain + close, where={"n": 100}).outcome == "not run"
+    assert check(plain + close, where={"clients": 100}).outcome == "not run"
     other_seeds = [_scheme_run(10, "masked", s, 0.5) for s in (7, 8)]
     c = check(plain + other_seeds)
     assert c.outcome == "not run" and "no seed both rows ran" in c.fgx
     # rows as selectors of several keys
-    rep = build_report(plain + close, by=["n", "scheme"], metrics=["accuracy"])
-    [c] = equality_checks(rep, {"rows": [{"n": 10, "scheme": "masked"}, {"n": 10, "scheme": "plain"}],
+    rep = build_report(plain + close, by=["clients", "scheme"], metrics=["accuracy"])
+    [c] = equality_checks(rep, {"rows": [{"clients": 10, "scheme": "masked"}, {"clients": 10, "scheme": "plain"}],
                                 "tolerance": 1e-6}, "accuracy")
-    assert c.outcome == "holds" and c.paper == "(n=10, scheme=masked) = (n=10, scheme=plain) ± 1e-06"
+    assert c.outcome == "holds" and c.paper == "(clients=10, scheme=masked) = (clients=10, scheme=plain) ± 1e-06"
 
 
 def test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round():
@@ -1055,7 +1055,7 @@ def test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_col
     cost = {"plain": (4e6, 1.0), "masked": (6e6, 3.0)}
     runs = [_scheme_run(10, m, s, 0.5 + 0.1 * s, rounds=2, total_bytes=b * 2 * (1 + 0.01 * s),
                         train_time_s=t * 2 + 0.2 * s) for m, (b, t) in cost.items() for s in range(2)]
-    t = {"by": ["n", "scheme"], "metric": "accuracy", "columns": ["MB_per_round", "s_per_round"],
+    t = {"by": ["clients", "scheme"], "metric": "accuracy", "columns": ["MB_per_round", "s_per_round"],
          "equal": [{"key": "scheme", "pair": ["masked", "plain"], "tolerance": 1e-6}]}
     res = table_from_runs("t", t, runs)
     res.record = {}
@@ -1064,7 +1064,7 @@ def test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_col
     assert row["masked"]["MB_per_round_mean"] == pytest.approx(6.03) and row["plain"]["MB_per_round_mean"] == pytest.approx(4.02)
     assert row["masked"]["s_per_round_mean"] == pytest.approx(3.05) and row["plain"]["s_per_round_std"] > 0
     assert "| MB_per_round | s_per_round |" in res.table_markdown and "6.03 ±" in res.table_markdown
-    off = table_from_runs("t", {**t, "equal": [{**t["equal"][0], "pair": ["masked", "plain"], "where": {"n": 10}}]},
+    off = table_from_runs("t", {**t, "equal": [{**t["equal"][0], "pair": ["masked", "plain"], "where": {"clients": 10}}]},
                           [r for r in runs if r.overrides["scheme"] == "plain"])
     off.record = {}
     assert off.status == "incomplete"

@@ -275,10 +275,10 @@ def _chosen_rows(rep, selectors: list[dict[str, str]], metric: str) -> dict[int,
     """Per selector (its index), the first group of the table it matches and that group's ``metric`` per seed;
     a selector no group matches is left out."""
     per_seed = _seed_values(rep, metric)
-    groups = _group_means(rep, metric)
+    groups = [{b: str(row[b]) for b in rep.by} for _, row in rep.table.iterrows()]
     chosen: dict[int, tuple[dict, dict]] = {}
     for i, sel in enumerate(selectors):
-        for g, *_ in groups:
+        for g in groups:
             if all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
                 chosen[i] = (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {}))
                 break
@@ -596,6 +596,7 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     t = _with_main(t, main)
     metric = t.get("metric")
     extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
+    extra += [m for e in t.get("equal") or [] for m in e.get("metrics") or [] if m != metric]
     extra += [c for c in t.get("columns") or [] if c != metric]     # shown only (threat_graph: asr_clean)
     metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
     rep = build_report(runs, by=t.get("by"), metrics=metrics or None)

@@ -637,7 +637,7 @@ MUTATIONS = [
       ["tests/test_table_stats.py::test_holm_adjusts_step_down_and_decides_on_the_adjusted_value"],
       "Holm: adjusted p-values not made monotone"),
     M("reproduced_on_floors_alone", "fgx/tables/checks.py",
-      "        if any(c.kind in (\"paper\", \"ordering\") for c in decided):",
+      "        if any(c.kind in CLAIMS for c in decided):",
       "        if True:",
       ["tests/test_table_stats.py::test_the_status_is_computed_from_the_checks_and_the_record"],
       "status: reproduced with floors and effort only"),
@@ -1113,6 +1113,17 @@ MUTATIONS = [
       "return con - con.detach() if self.inert else con", "return con",
       ["tests/test_mechanism_fl_methods.py::test_moon_reports_no_contrastive_share_in_the_round_where_the_term_has_no_gradient"],
       "MOON: round 1's constant μ·ln 2 counted in the contrastive share"),
+    # issue 70 (e): the tables' equality check (fgx/tables/checks.py), which decides secagg_cost
+    M("equality_on_mean_gap", "fgx/tables/checks.py",
+      "gaps[m] = {s: abs(va[s] - vb[s]) for s in shared}",
+      "gaps[m] = {s: abs(sum(va[x] - vb[x] for x in shared) / len(shared)) for s in shared}",
+      ["tests/test_table_stats.py::test_an_equality_holds_only_when_every_paired_seed_is_within_its_tolerance"],
+      "equality: decided on the mean gap, not seed by seed"),
+    M("equality_not_a_claim", "fgx/tables/checks.py",
+      'CLAIMS = ("paper", "ordering", "equal")',
+      'CLAIMS = ("paper", "ordering")',
+      ["tests/test_table_stats.py::test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round"],
+      "equality: a table of equalities reads 'runs as expected'"),
 ]
 
 

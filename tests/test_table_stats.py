@@ -991,3 +991,80 @@ def test_an_ordering_of_rows_that_differ_in_two_keys_with_a_margin_is_the_shifte
     [c] = ordering_checks(rep, {"key": "aggregator", "order": ["median", "mean"], "where": {"threat": "attack"}},
                           "accuracy")
     assert c.outcome == "holds"
+
+
+def _scheme_run(n, scheme, seed, acc, auc=0.8, **summary):
+    from fgx.report.runs import Run
+
+    return Run(Path(f"{scheme}{n}_{seed}"), "completed", {"clients": str(n), "scheme": scheme, "seed": str(seed)},
+               {"final": {"accuracy": acc, "roc_auc": auc}, "seed": seed, "main_metric": "accuracy", **summary})
+
+
+def test_an_equality_holds_only_when_every_paired_seed_is_within_its_tolerance():
+    """secagg_cost's check (conf/targets/secagg_cost.yaml): row a equals row b seed by seed. Gaps that cancel
+    over the seeds (+0.01 on one, -0.01 on another: the means are equal) break it; a gap within the tolerance
+    does not; each metric listed is compared, a row or seed missing is not run, a NaN in either row fails."""
+    from fgx.report.table import build_report
+    from fgx.tables.checks import equality_checks
+
+    def check(runs, **e):
+        rep = build_report(runs, by=["clients", "scheme"], metrics=["accuracy"])
+        [c] = equality_checks(rep, {"key": "scheme", "pair": ["masked", "plain"], "where": {"clients": 10},
+                                    "tolerance": 1e-6, **e}, "accuracy")
+        return c
+
+    plain = [_scheme_run(n, "plain", s, 0.5 + 0.1 * s) for n in (10, 100) for s in range(3)]
+    close = [_scheme_run(10, "masked", s, 0.5 + 0.1 * s + 4e-7) for s in range(3)]
+    c = check(plain + close)
+    assert (c.outcome, c.kind) == ("holds", "equal") and c.ok is True
+    assert c.what == "accuracy: masked = plain ± 1e-06 where clients=10" and c.paper == "masked = plain ± 1e-06"
+    assert c.fgx.startswith("largest gap over 3 paired seed(s): accuracy 4e-07")
+    cancelling = [_scheme_run(10, "masked", s, 0.5 + 0.1 * s + d) for s, d in zip(range(3), (0.01, -0.01, 0.0))]
+    c = check(plain + cancelling)
+    assert c.outcome == "fails" and c.ok is False and "(seed " in c.fgx and "accuracy 0.01" in c.fgx
+    assert check(plain + cancelling, tolerance=0.02).outcome == "holds"
+    # every listed metric: accuracy equal, roc_auc off on seed 2
+    auc_off = [_scheme_run(10, "masked", s, 0.5 + 0.1 * s, auc=0.8 + (1e-3 if s == 2 else 0.0)) for s in range(3)]
+    assert check(plain + auc_off).outcome == "holds"
+    c = check(plain + auc_off, metrics=["accuracy", "roc_auc"])
+    assert c.outcome == "fails" and c.fgx.endswith("(seed 2, roc_auc)") and c.what.startswith("accuracy, roc_auc:")
+    nan = [_scheme_run(10, "masked", s, float("nan") if s == 1 else 0.5 + 0.1 * s) for s in range(3)]
+    assert check(plain + nan).outcome == "fails"
+    # undefined in both rows (ROC-AUC where every client's test split has one class) is no evidence of equality
+    both_nan = [_scheme_run(10, m, s, 0.5, auc=float("nan")) for m in ("masked", "plain") for s in range(2)]
+    c = check(both_nan, metrics=["accuracy", "roc_auc"])
+    assert c.outcome == "fails" and "roc_auc nan" in c.fgx
+    # the other scope (n=100) has no masked row; seeds the rows do not share
+    assert check(plain + close, where={"clients": 100}).outcome == "not run"
+    other_seeds = [_scheme_run(10, "masked", s, 0.5) for s in (7, 8)]
+    c = check(plain + other_seeds)
+    assert c.outcome == "not run" and "no seed both rows ran" in c.fgx
+    # rows as selectors of several keys
+    rep = build_report(plain + close, by=["clients", "scheme"], metrics=["accuracy"])
+    [c] = equality_checks(rep, {"rows": [{"clients": 10, "scheme": "masked"}, {"clients": 10, "scheme": "plain"}],
+                                "tolerance": 1e-6}, "accuracy")
+    assert c.outcome == "holds" and c.paper == "(clients=10, scheme=masked) = (clients=10, scheme=plain) ± 1e-06"
+
+
+def test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round():
+    """A table whose only decided checks are equalities reads "reproduced" (a claim tested, as a paper value
+    is); bytes and seconds per round are read from each run's summary (total_bytes and train_time_s over
+    rounds) and shown with no check."""
+    from fgx.tables.checks import table_from_runs
+
+    cost = {"plain": (4e6, 1.0), "masked": (6e6, 3.0)}
+    runs = [_scheme_run(10, m, s, 0.5 + 0.1 * s, rounds=2, total_bytes=b * 2 * (1 + 0.01 * s),
+                        train_time_s=t * 2 + 0.2 * s) for m, (b, t) in cost.items() for s in range(2)]
+    t = {"by": ["clients", "scheme"], "metric": "accuracy", "columns": ["MB_per_round", "s_per_round"],
+         "equal": [{"key": "scheme", "pair": ["masked", "plain"], "tolerance": 1e-6}]}
+    res = table_from_runs("t", t, runs)
+    res.record = {}
+    assert [c.kind for c in res.checks] == ["equal"] and res.status == "reproduced"
+    row = {r["scheme"]: r for r in res.extra["table"]}
+    assert row["masked"]["MB_per_round_mean"] == pytest.approx(6.03) and row["plain"]["MB_per_round_mean"] == pytest.approx(4.02)
+    assert row["masked"]["s_per_round_mean"] == pytest.approx(3.05) and row["plain"]["s_per_round_std"] > 0
+    assert "| MB_per_round | s_per_round |" in res.table_markdown and "6.03 ±" in res.table_markdown
+    off = table_from_runs("t", {**t, "equal": [{**t["equal"][0], "pair": ["masked", "plain"], "where": {"clients": 10}}]},
+                          [r for r in runs if r.overrides["scheme"] == "plain"])
+    off.record = {}
+    assert off.status == "incomplete"

@@ -178,6 +178,12 @@ def metric_values(summary: dict) -> dict[str, float]:
         out["MB"] = summary["total_bytes"] / 1e6
     if isinstance(summary.get("wall_time_s"), (int, float)):
         out["wall_s"] = float(summary["wall_time_s"])
+    rounds = summary.get("rounds")
+    if isinstance(rounds, int) and rounds > 0:     # per round (a table names them in `columns:`; secagg_cost)
+        if isinstance(summary.get("total_bytes"), (int, float)):
+            out["MB_per_round"] = summary["total_bytes"] / rounds / 1e6
+        if isinstance(summary.get("train_time_s"), (int, float)):
+            out["s_per_round"] = float(summary["train_time_s"]) / rounds
     return out
 
 

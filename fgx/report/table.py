@@ -69,8 +69,8 @@ def build_report(runs: list[Run], by: list[str] | None = None, metrics: list[str
 def _fmt(mean: float, std: float, n: int, column: str) -> str:
     if mean != mean:
         return "-"
-    wide = column in ("MB", "noise_to_signal") or column.startswith("epsilon")
-    spec = ".1f" if column == "wall_s" else ".3g" if wide else ".4f"
+    wide = column in ("MB", "MB_per_round", "noise_to_signal") or column.startswith("epsilon")
+    spec = ".1f" if column == "wall_s" else ".2f" if column == "s_per_round" else ".3g" if wide else ".4f"
     if n < 2 or std != std:
         return format(mean, spec)
     return f"{format(mean, spec)} ± {format(std, spec)}"

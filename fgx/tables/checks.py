@@ -2,10 +2,12 @@
 
 A table's status is never typed: it is computed here from a record (or run directories) and the
 targets. Checks: paper values within a tolerance; orderings, each tested on paired seeds and the test
-items (fgx/tables/stats.py) and adjusted together by Holm's step-down: holds, fails or inconclusive; a
-floor over the trivial predictor; equal effort (every method given its values the same way); rows that
-differ in outcome; and, shown, whether the methods were still improving at the end of the protocol.
-"reproduced" needs at least one paper value or ordering that holds; a row the record lacks is "not run".
+items (fgx/tables/stats.py) and adjusted together by Holm's step-down: holds, fails or inconclusive;
+equalities (two rows within a tolerance on every paired seed: one computation done two ways); a floor
+over the trivial predictor; equal effort (every method given its values the same way); rows that differ
+in outcome; and, shown, whether the methods were still improving at the end of the protocol.
+"reproduced" needs at least one paper value, ordering or equality that holds; a row the record lacks is
+"not run".
 """
 from __future__ import annotations
 
@@ -19,9 +21,11 @@ from pathlib import Path
 from fgx.tables.stats import TEST_NAME, Paired, SeedTerm, adjust, paired_outcome
 
 _OUTCOME_OF = {True: "holds", False: "fails", None: "shown"}
-# what a check is of: a paper's number (accounting tables' checks too), an ordering, the floor over the
-# trivial predictor, equal effort, rows that differ in outcome
-KINDS = ("paper", "ordering", "floor", "effort", "rows")
+# what a check is of: a paper's number (accounting tables' checks too), an ordering, an equality of two rows
+# on every seed (the same computation done two ways), the floor over the trivial predictor, equal effort,
+# rows that differ in outcome
+KINDS = ("paper", "ordering", "equal", "floor", "effort", "rows")
+CLAIMS = ("paper", "ordering", "equal")     # the kinds that test a claim: "reproduced" needs one of them
 
 
 @dataclass
@@ -73,8 +77,8 @@ class ReproResult:
     @property
     def status(self) -> str:
         """Computed, never typed: reproduced only when every check holds on a record that is current and
-        at least one of them tested a paper value or an ordering (floors and effort alone: runs as
-        expected); refused when two rows came out equal in every number."""
+        at least one of them tested a paper value, an ordering or an equality of rows (floors and effort
+        alone: runs as expected); refused when two rows came out equal in every number."""
         if self.record is None:
             return "not yet run"
         if self.stale:
@@ -91,7 +95,7 @@ class ReproResult:
             return "incomplete"
         if "inconclusive" in outcomes:
             return "inconclusive"
-        if any(c.kind in ("paper", "ordering") for c in decided):
+        if any(c.kind in CLAIMS for c in decided):
             return "reproduced"
         return "runs as expected"
 
@@ -219,6 +223,7 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         std_s = f" ± {std:.4f}" if n > 1 and std == std else ""
         what = f"{metric} of {label}" + (f" (|Δ| ≤ {tol})" if tol is not None else "")
         checks.append(Check(what, paper_s, f"{mean:.4f}{std_s}", ok))
+    checks += [c for e in t.get("equal") or [] for c in equality_checks(rep, e, metric)]
     orderings = [c for o in t.get("ordering") or [] for c in ordering_checks(rep, o, o.get("metric", metric))]
     adjust([c.test for c in orderings if c.test is not None])
     for c in orderings:
@@ -248,14 +253,7 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
         selectors, labels = [{**where, key: x} for x in order], order
         scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
         title = f"ordering of {metric} by {key}"
-    per_seed = _seed_values(rep, metric)
-    groups = _group_means(rep, metric)
-    chosen: dict[int, tuple[dict, dict]] = {}
-    for i, sel in enumerate(selectors):
-        for g, *_ in groups:
-            if all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
-                chosen[i] = (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {}))
-                break
+    chosen = _chosen_rows(rep, selectors, metric)
     missing = [labels[i] for i in range(len(selectors)) if i not in chosen]
     if missing:
         return [Check(f"{title}{scope}", sign.join(labels), f"not run: {missing}", None, "not run", kind="ordering")]
@@ -271,6 +269,69 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
         claim = f"{a}{sign}{b}{slack}"
         out.append(Check(f"{metric}: {claim}{scope}", claim, p.describe(), ok, p.outcome, kind="ordering", test=p))
     return out
+
+
+def _chosen_rows(rep, selectors: list[dict[str, str]], metric: str) -> dict[int, tuple[dict, dict]]:
+    """Per selector (its index), the first group of the table it matches and that group's ``metric`` per seed;
+    a selector no group matches is left out."""
+    per_seed = _seed_values(rep, metric)
+    groups = [{b: str(row[b]) for b in rep.by} for _, row in rep.table.iterrows()]
+    chosen: dict[int, tuple[dict, dict]] = {}
+    for i, sel in enumerate(selectors):
+        for g in groups:
+            if all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
+                chosen[i] = (g, per_seed.get(tuple(str(g[b]) for b in rep.by), {}))
+                break
+    return chosen
+
+
+def equality_checks(rep, e: dict, metric: str) -> list[Check]:
+    """Row a equals row b on every seed both ran, in each of ``e['metrics']`` (default: the table's
+    ``metric``), within ``e['tolerance']`` (absolute): a claim of exactness or of a stated precision (the
+    same computation done another way: secure aggregation's sum against the plain average), decided seed
+    by seed and not by a test of means, since one seed off by more than the tolerance breaks it. Rows are
+    ``e['pair']`` (two values of ``e['key']``, within ``e['where']``) or ``e['rows']`` (two selectors, as an
+    ordering's). holds: every paired seed within the tolerance; fails: the largest gap, its metric and seed
+    (a metric undefined, NaN, in either row on a seed fails: it cannot be shown equal); not run: a row the
+    record lacks, or no seed both ran."""
+    tol = float(e["tolerance"])
+    metrics = list(e.get("metrics") or [metric])
+    if "rows" in e:
+        selectors = [{k: str(v) for k, v in sel.items()} for sel in e["rows"]]
+        labels = ["(" + ", ".join(f"{k}={v}" for k, v in sel.items()) + ")" for sel in selectors]
+        scope = ""
+    else:
+        where = {k: str(v) for k, v in (e.get("where") or {}).items()}
+        selectors, labels = [{**where, e["key"]: str(x)} for x in e["pair"]], [str(x) for x in e["pair"]]
+        scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
+    if len(selectors) != 2:
+        raise ValueError(f"an equality compares two rows, not {len(selectors)}: {labels}")
+    claim = f"{labels[0]} = {labels[1]} ± {tol:g}"
+    what = f"{', '.join(metrics)}: {claim}{scope}"
+    gaps: dict[str, dict[str, float]] = {}
+    for m in metrics:
+        chosen = _chosen_rows(rep, selectors, m)
+        missing = [labels[i] for i in range(2) if i not in chosen]
+        if missing:
+            return [Check(what, claim, f"not run: {missing} ({m})", None, "not run", kind="equal")]
+        (_, va), (_, vb) = chosen[0], chosen[1]
+        shared = sorted(set(va) & set(vb), key=lambda s: (len(s), s))
+        if not shared:
+            return [Check(what, claim, f"not run: no seed both rows ran ({m})", None, "not run", kind="equal")]
+        gaps[m] = {s: abs(va[s] - vb[s]) for s in shared}     # NaN (undefined on a side) breaks it
+    worst_m, worst_s = max(((m, s) for m in gaps for s in gaps[m]), key=lambda ms: _nan_last(gaps[ms[0]][ms[1]]))
+    worst = gaps[worst_m][worst_s]
+    n = len(next(iter(gaps.values())))
+    per_metric = ", ".join(f"{m} {max(g.values(), key=_nan_last):.2g}" for m, g in gaps.items())
+    ok = worst <= tol          # a NaN, undefined in either row, is never within the tolerance
+    # no "|" in the text: it is a cell of a markdown table
+    fgx = f"largest gap over {n} paired seed(s): {per_metric}" + ("" if ok else f" (seed {worst_s}, {worst_m})")
+    return [Check(what, claim, fgx, ok, kind="equal")]
+
+
+def _nan_last(x: float) -> float:
+    """A gap as ``max`` should rank it: NaN (a metric one row lacks) above every number."""
+    return float("inf") if x != x else x
 
 
 def _with_main(t: dict, main: str) -> dict:
@@ -535,6 +596,7 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     t = _with_main(t, main)
     metric = t.get("metric")
     extra = [o["metric"] for o in t.get("ordering") or [] if o.get("metric") and o["metric"] != metric]
+    extra += [m for e in t.get("equal") or [] for m in e.get("metrics") or [] if m != metric]
     extra += [c for c in t.get("columns") or [] if c != metric]     # shown only (threat_graph: asr_clean)
     metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
     rep = build_report(runs, by=t.get("by"), metrics=metrics or None)

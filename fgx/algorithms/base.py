@@ -16,6 +16,7 @@ from torch import nn
 from fgx import inference
 from fgx.config import ConfigError
 from fgx.federation.channel import Message
+from fgx.federation.robust import weighted_average  # noqa: F401  (the methods import it from here)
 from fgx.federation.client import NO_OBJECTIVE, ClientUpdate, Objective, local_update, num_train_items, round_seed
 from fgx.tasks import SPLITS, local_view, targets
 
@@ -169,6 +170,17 @@ class Algorithm:
         return None
 
     @classmethod
+    def calls_threat_hooks(cls) -> bool:
+        """Whether a round of this algorithm calls ``ctx.threat.tamper`` and ``ctx.aggregator``."""
+        return calls_threat_hooks(cls)
+
+    @classmethod
+    def averages_updates_plainly(cls) -> bool:
+        """Whether its server needs only the weighted average of the clients' updates (what secure
+        aggregation gives it); the plain-averaging round (fedavg.py) says yes for itself and its heirs."""
+        return False
+
+    @classmethod
     def check_config(cls, params, validated) -> None:
         """Raise fgx.config.ConfigError for impossible combinations (called before any work); resolve
         ``null``/``auto`` params here. An algorithm with checks of its own calls this first."""
@@ -272,17 +284,6 @@ def weight_spread(W: torch.Tensor) -> dict[str, float]:
 # -- the round's bookkeeping: what every algorithm's server and client sides share -------------------
 # A state is a model's state dict (or part of it). Floating tensors are averaged and moved by deltas;
 # integer buffers (BN's num_batches_tracked) travel as they are.
-
-def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
-    total = float(sum(weights))
-    out = {}
-    for k in states[0]:
-        if not states[0][k].is_floating_point():
-            out[k] = states[0][k].clone()   # integer buffers (e.g. BN's num_batches_tracked)
-            continue
-        out[k] = sum(s[k] * (w / total) for s, w in zip(states, weights))
-    return out
-
 
 def similarity_weights(embeddings: torch.Tensor, sizes: torch.Tensor, tau: float) -> torch.Tensor:
     """W_ij = exp(τ cos(e_i, e_j)) n_j / sum_k exp(τ cos(e_i, e_k)) n_k (rows sum to 1)."""

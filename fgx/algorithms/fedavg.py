@@ -50,6 +50,10 @@ class FedAvg(Algorithm):
         k = max(1, int(round(q * n)))
         return sorted(torch.randperm(n, generator=g)[:k].tolist())
 
+    @classmethod
+    def averages_updates_plainly(cls) -> bool:
+        return cls.aggregate is FedAvg.aggregate and not cls.needs_individual_updates
+
     def select(self, r: int) -> list:
         return [self.states[i] for i in self.sample_clients(r)]
 

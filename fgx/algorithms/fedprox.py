@@ -33,7 +33,7 @@ class Proximal(Objective):
 
 @ALGORITHMS.register("fedprox", params=FedProxParams, tasks=("node", "edge", "graph", "link"))
 class FedProx(FedAvg):
-    objective = Proximal
+    objective, threat_hooks = Proximal, True   # threat_hooks: its aggregate is FedAvg's (super) plus a diagnostic
 
     def client_objective(self, chosen, weights, r):
         return Proximal(self.params.mu, weights)
@@ -45,7 +45,6 @@ class FedProx(FedAvg):
         return "fedavg: with one local step the proximal term's gradient is zero at the global weights" \
             if params.one_local_step() else None
 
-    threat_hooks = True     # its aggregate is FedAvg's (super) plus its own bookkeeping
 
     def aggregate(self, chosen, updates, r):
         """FedAvg's; its diagnostic: the proximal term at the end of local training, (μ/2)·‖Δ_i‖² of

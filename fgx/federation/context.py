@@ -28,7 +28,7 @@ class Context:
     aggregator: Any = field(default_factory=lambda: _mean())         # the server's rule over updates (fgx/federation/robust.py)
     global_data: Any = None       # the global graph: for evaluation/diagnostics only, never for training
     extras: dict = field(default_factory=dict)   # per-round records an algorithm wants written
-    secure_aggregation: Any = None   # fgx/federation/secure.py: how FedAvg's server sums the updates (None: in clear)
+    secure_aggregation: Any = None   # fgx/federation/secure.py: how the averaging server sums the updates (None: in clear)
 
     @property
     def rounds(self) -> int:

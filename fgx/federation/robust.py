@@ -1,7 +1,7 @@
 """The server's rule over the round's updates (the ``aggregator`` config group, docs/threats.md):
 ``mean`` (the weighted average every algorithm used before, bit for bit) and the Byzantine-robust rules.
 
-FedAvg's aggregate phase (fgx/algorithms/fedavg.py) calls ``ctx.aggregator(deltas, weights)`` where it
+The plain-averaging aggregate phase (fgx/algorithms/) calls ``ctx.aggregator(deltas, weights)`` where it
 averaged. Robust rules see each update as one flat vector of its floating tensors and treat clients
 alike (the weights are the honest clients' claim, which a malicious client could inflate); ``pre``
 transforms the vectors first (``clip``: norm clipping; ``nnm``: nearest-neighbour mixing).
@@ -21,6 +21,17 @@ from fgx.registry import AGGREGATORS
 
 State = dict[str, torch.Tensor]
 
+
+
+def weighted_average(states: list[dict[str, torch.Tensor]], weights: list[float]) -> dict[str, torch.Tensor]:
+    total = float(sum(weights))
+    out = {}
+    for k in states[0]:
+        if not states[0][k].is_floating_point():
+            out[k] = states[0][k].clone()   # integer buffers (e.g. BN's num_batches_tracked)
+            continue
+        out[k] = sum(s[k] * (w / total) for s, w in zip(states, weights))
+    return out
 
 @dataclass
 class AggregatorParams:
@@ -98,14 +109,12 @@ class Aggregator:
         aggregate phase does not call it) or where it would break a privacy mechanism's calibration."""
         if cls.name == "mean" and params.pre == "none":
             return
-        from fgx.algorithms.base import calls_threat_hooks
-
         what = f"aggregator '{validated.names['aggregator']}'" + (f" with pre={params.pre}" if params.pre != "none" else "")
-        if not calls_threat_hooks(validated.entries["algorithm"].obj):
+        if not validated.entries["algorithm"].obj.calls_threat_hooks():
             raise ConfigError("aggregator.name", validated.names["aggregator"], (
                 f"'mean' with pre=none for algorithm '{validated.names['algorithm']}': its aggregate phase does not "
-                f"call the aggregator, so {what} would be ignored; FedAvg and the algorithms that keep its "
-                f"aggregate phase call it"))
+                f"call the aggregator, so {what} would be ignored; the plain-averaging round and the algorithms that "
+                f"keep its aggregate phase call it"))
         if validated.names["privacy"] != "none":
             raise ConfigError("aggregator.name", validated.names["aggregator"], (
                 f"'mean' with pre=none under privacy '{validated.names['privacy']}': its noise is calibrated to "
@@ -151,8 +160,6 @@ class Mean(Aggregator):
 
     def __call__(self, deltas: list[State], weights: list[float]) -> State:
         if self.neutral:
-            from fgx.algorithms.base import weighted_average
-
             return weighted_average(deltas, weights)
         return super().__call__(deltas, weights)
 

@@ -1,17 +1,17 @@
-"""``secure_aggregation=none|pairwise_mask|ckks``: how FedAvg's server gets the weighted average of the
+"""``secure_aggregation=none|pairwise_mask|ckks``: how the averaging server gets the weighted average of the
 round's updates. none (the default) receives each update in clear, as always; pairwise_mask
 (fgx/federation/secagg.py, Bonawitz et al. 2017, with dropouts) and ckks (fgx/federation/ckks.py,
 TenSEAL) let it learn only the sum.
 
 Weighting: client i multiplies its update by w_i / W before masking or encrypting, where w_i is its
 weight (training items, or 1 with ``algorithm.weighting=uniform``) and W the sum over the round's chosen
-clients; the server, which knows every w_i (as in plain FedAvg), gets sum_i (w_i / W) x_i and, when
+clients; the server, which knows every w_i (as in the plain average), gets sum_i (w_i / W) x_i and, when
 clients dropped out, rescales by W / W_survivors. Revealed to the server: the weights, who dropped out,
 and the weighted average itself (what it needs to update the global model); not any one update.
 
 Only the update message is protected: an algorithm whose server reads individual updates declares why
 (``needs_individual_updates`` on the algorithm class) and is refused, as is an algorithm whose aggregate
-phase is not FedAvg's, a privacy mechanism that works on the clear updates or noises the aggregate on the
+phase is not the plain average's, a privacy mechanism that works on the clear updates or noises the aggregate on the
 server, and a robust aggregator (it compares individual updates)."""
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from fgx.registry import SECURE_AGGREGATION
 
 
 class NoSecureAggregation:
-    """The server receives each update in clear (FedAvg's ``update`` message)."""
+    """The server receives each update in clear (the plain round's ``update`` message)."""
     active = False
 
     def __init__(self, params=None, seed: int = 0):
@@ -45,12 +45,9 @@ SECURE_AGGREGATION.register("none")(NoSecureAggregation)
 
 
 def accepts_algorithm(algo_cls) -> bool:
-    """FedAvg and the methods that inherit its aggregate phase as it is, with no reason to read updates one
+    """The plain-averaging round and the methods that inherit its aggregate phase as it is, with no reason to read updates one
     by one: secure aggregation replaces that phase's weighted average and nothing else."""
-    from fgx.algorithms.fedavg import FedAvg
-
-    return (isinstance(algo_cls, type) and issubclass(algo_cls, FedAvg) and algo_cls.aggregate is FedAvg.aggregate
-            and not getattr(algo_cls, "needs_individual_updates", None))
+    return isinstance(algo_cls, type) and algo_cls.averages_updates_plainly()
 
 
 def refusal(validated) -> str | None:
@@ -61,8 +58,8 @@ def refusal(validated) -> str | None:
     if reason:
         return f"algorithm '{algo}' needs the individual updates: {reason}"
     if not accepts_algorithm(algo_cls):
-        return (f"algorithm '{algo}' has an aggregate phase of its own: secure aggregation replaces FedAvg's "
-                f"weighted average of the clients' updates (fedavg and the methods that inherit its aggregate phase)")
+        return (f"algorithm '{algo}' has an aggregate phase of its own: secure aggregation replaces the plain "
+                f"weighted average of the clients' updates (docs/threats.md lists the algorithms whose aggregate phase it is)")
     from fgx.privacy.base import PrivacyMechanism
 
     mech = entries["privacy"].obj

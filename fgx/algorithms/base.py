@@ -16,8 +16,15 @@ from torch import nn
 from fgx import inference
 from fgx.config import ConfigError
 from fgx.federation.channel import Message
+from fgx.federation.client import (
+    NO_OBJECTIVE,
+    ClientUpdate,
+    Objective,
+    local_update,
+    num_train_items,
+    round_seed,
+)
 from fgx.federation.robust import weighted_average  # noqa: F401  (the methods import it from here)
-from fgx.federation.client import NO_OBJECTIVE, ClientUpdate, Objective, local_update, num_train_items, round_seed
 from fgx.tasks import SPLITS, local_view, targets
 
 

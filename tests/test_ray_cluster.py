@@ -129,14 +129,16 @@ def test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_r
     assert (killed["round"], lost_node["round"]) == (1, 2)
     assert killed["cause"].startswith("ActorDiedError") and killed["recreated"] and killed["rerun"]
     # the removed node's actor: its clients went to the actors left on the two surviving nodes
-    assert lost_node["lost_node"] == removed[0] and "node has died" in lost_node["cause"]
+    # Ray says ActorDiedError ("its node has died") or, when the actor's socket closes first, ActorUnavailableError
+    assert lost_node["lost_node"] == removed[0] and lost_node["cause"].startswith(("ActorDiedError",
+                                                                                   "ActorUnavailableError"))
     assert not lost_node["recreated"] and lost_node["rerun"] == lost_node["clients"]
     assert removed[0] not in lost_node["new_nodes"] and removed[0] not in ex.nodes_at_end.values()
     # clients really ran on several nodes: all three workers before the removal, the two left after it
     assert len(ex.nodes_used) == 3 and len(set(ex.nodes_at_end.values())) == 2
     assert sorted(ex.nodes_at_end) == [0, 1, 2, 3]
     log = (disturbed / "fgx.log").read_text()
-    assert "lost in round 1: ActorDiedError" in log and "lost in round 2: ActorDiedError" in log
+    assert "lost in round 1: ActorDiedError" in log and "lost in round 2: Actor" in log
 
 
 def test_a_fault_that_outlasts_max_retries_is_an_error_naming_the_clients(

@@ -1124,22 +1124,25 @@ MUTATIONS = [
       'CLAIMS = ("paper", "ordering")',
       ["tests/test_table_stats.py::test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round"],
       "equality: a table of equalities reads 'runs as expected'"),
-    # issue 69 (r): executor=ray's recovery from a killed actor and a removed node (fgx/federation/ray_executor.py);
-    # the killing test is slow-marked (a 4-node ray.cluster_utils.Cluster, ~50 s)
+    # issue 69 (r): executor=ray's recovery from a killed actor and a removed node (fgx/federation/ray_executor.py):
+    # the fast test on tests/fake_ray.py, then the slow one on a 4-node ray.cluster_utils.Cluster (~50 s)
     M("ray_no_recovery", "fgx/federation/ray_executor.py",
       "            self._recover(lost, {client_key(items[i], i) for i in todo})",
       "            pass",
-      ["tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
+      ["tests/test_ray_cluster.py::test_recovery_gives_the_undisturbed_metrics_on_a_simulated_ray",
+       "tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
       "executor=ray: a lost actor's calls retried on the dead actor"),
     M("ray_recovery_ships_no_data", "fgx/federation/ray_executor.py",
       "                self._adopt(item, target)",
       "                self._home[id(item)] = (item, target)",
-      ["tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
+      ["tests/test_ray_cluster.py::test_recovery_gives_the_undisturbed_metrics_on_a_simulated_ray",
+       "tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
       "executor=ray: a lost actor's clients rehomed without their data"),
     M("ray_retry_fresh_seeds", "fgx/federation/ray_executor.py",
       "            calls = {slot: self._submit(",
       "            seeds = seeds if attempt == 0 else self.client_seeds(items)\n            calls = {slot: self._submit(",
-      ["tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
+      ["tests/test_ray_cluster.py::test_recovery_gives_the_undisturbed_metrics_on_a_simulated_ray",
+       "tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
       "executor=ray: a re-run call draws new client seeds"),
 ]
 

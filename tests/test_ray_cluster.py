@@ -4,17 +4,19 @@ round 2 is, and the run still ends with the metrics of an undisturbed run; a fau
 executor.max_retries gives an error naming the clients. docs/scaling.md ("When an actor or a node dies").
 
 One cluster (``ray.cluster_utils.Cluster``: a head with no CPUs for actors and three worker nodes of one
-CPU each) serves the module; each run connects to it through ``executor.address``."""
+CPU each) serves the slow tests; each run connects to it through ``executor.address``. The fast tests run
+the same faults against tests/fake_ray.py (Ray's semantics in this process) to guard the executor's
+logic in the default suite."""
 from __future__ import annotations
 
 import json
+import sys
 
 import pytest
 
 from tests.test_scaling import CORA_FEDAVG, HAS_RAY, summary
 
-pytestmark = [pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')"),
-              pytest.mark.slow]
+pytestmark = pytest.mark.skipif(not HAS_RAY, reason="ray is not installed (pip install -e '.[ray]')")
 
 STORE = 100 * 2**20       # object store per node: the runs ship a few MB
 # GCS notices a removed node within ~1.5 s instead of the default ~30 s
@@ -41,6 +43,7 @@ def cluster():
 
 @pytest.fixture
 def one_thread():
+    """torch at 1 thread, as in the actors (and as tests/fake_ray.py's in-process actors leave it), restored after."""
     import torch
 
     threads = torch.get_num_threads()
@@ -102,6 +105,15 @@ def losses(run_dir):
     return [r["train_loss"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
 
 
+def same_metrics(disturbed, undisturbed) -> None:
+    local, remote = summary(undisturbed), summary(disturbed)
+    assert remote["status"] == "completed" and remote["components"]["executor"] == "ray"
+    for key in ("final", "final_pooled", "per_client", "best", "best_client", "total_bytes"):
+        assert remote[key] == local[key], key
+    assert losses(disturbed) == losses(undisturbed)
+
+
+@pytest.mark.slow
 def test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run(
         cluster, run_fgx, data_root, one_thread, executors, monkeypatch):
     c, workers = cluster
@@ -118,11 +130,7 @@ def test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_r
     disturbed = run_fgx(*cfg, "executor=ray", f"executor.address={c.address}")
     assert fired == [1, 2]
 
-    local, remote = summary(undisturbed), summary(disturbed)
-    assert remote["status"] == "completed" and remote["components"]["executor"] == "ray"
-    for key in ("final", "final_pooled", "per_client", "best", "best_client", "total_bytes"):
-        assert remote[key] == local[key], key
-    assert losses(disturbed) == losses(undisturbed)
+    same_metrics(disturbed, undisturbed)
 
     (ex,) = executors
     killed, lost_node = ex.recoveries          # one recovery per fault, each in the round it hit
@@ -141,6 +149,7 @@ def test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_r
     assert "lost in round 1: ActorDiedError" in log and "lost in round 2: Actor" in log
 
 
+@pytest.mark.slow
 def test_a_fault_that_outlasts_max_retries_is_an_error_naming_the_clients(
         cluster, run_fgx, data_root, one_thread, executors, monkeypatch, tiny_cfg):
     c, _ = cluster
@@ -154,3 +163,47 @@ def test_a_fault_that_outlasts_max_retries_is_an_error_naming_the_clients(
     assert "lost 2 times" in s["error"] and "executor.max_retries=1" in s["error"]
     assert "ActorDiedError: The actor died" in s["error"]
     assert fired == [1, 1] and len(ex.recoveries) == 1 and ex._actors == []     # one recovery, then no actor left behind
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    from tests.fake_ray import FakeRay
+
+    fake = FakeRay(nodes=3)
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    return fake
+
+
+def test_recovery_gives_the_undisturbed_metrics_on_a_simulated_ray(
+        fake_ray, run_fgx, tiny_cfg, one_thread, executors, monkeypatch):
+    """The slow test's faults (an actor killed in round 1, a node removed in round 2) against tests/fake_ray.py."""
+    cfg = [*tiny_cfg, "partitioner.num_clients=4", "seed=1"]
+    undisturbed = run_fgx(*cfg)
+    removed = []
+
+    def remove_node(executor, slot):
+        removed.append(executor._nodes[slot])
+        fake_ray.remove_node(removed[-1])
+
+    fired = inject(monkeypatch, {1: kill_actor, 2: remove_node})
+    disturbed = run_fgx(*cfg, "executor=ray")
+    assert fired == [1, 2]
+    same_metrics(disturbed, undisturbed)
+    (ex,) = executors
+    killed, lost_node = ex.recoveries
+    assert (killed["round"], lost_node["round"]) == (1, 2) and killed["recreated"] and not lost_node["recreated"]
+    assert killed["rerun"] and lost_node["rerun"] == lost_node["clients"] and lost_node["lost_node"] == removed[0]
+    assert len(ex.nodes_used) == 3 and removed[0] not in ex.nodes_at_end.values()
+    assert len(set(ex.nodes_at_end.values())) == 2 and sorted(ex.nodes_at_end) == [0, 1, 2, 3]
+
+
+def test_max_retries_bounds_the_recoveries_on_a_simulated_ray(fake_ray, run_fgx, tiny_cfg, one_thread, executors,
+                                                                monkeypatch):
+    fired = inject(monkeypatch, {1: kill_actor}, slot=0, once=False)
+    run = run_fgx(*tiny_cfg, "partitioner.num_clients=4", "executor=ray", "executor.max_retries=2", expect_rc=1)
+    s = summary(run)
+    (ex,) = executors
+    assert fired == [1, 1, 1] and len(ex.recoveries) == 2
+    assert s["error"].startswith(f"ClientsLostError: executor=ray: clients {ex.recoveries[0]['rerun']} could not "
+                                 "be run in round 1: their actors were lost 3 times in this call "
+                                 "(executor.max_retries=2); last cause: ActorDiedError")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import pickle
 
-import cloudpickle
+from ray import cloudpickle   # the copy Ray ships (and pickles with)
 import ray.exceptions
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 import importlib.util
 import pickle
 
-from ray import cloudpickle   # the copy Ray ships (and pickles with)
 import ray.exceptions
+from ray import cloudpickle   # the copy Ray ships (and pickles with)
 
 
 class ObjectRef:

@@ -1124,6 +1124,21 @@ MUTATIONS = [
       'CLAIMS = ("paper", "ordering")',
       ["tests/test_table_stats.py::test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round"],
       "equality: a table of equalities reads 'runs as expected'"),
+    M("fpred_all_pairs_no_relu", "fgx/models/graph_ranker.py",
+      "h = torch.relu(h) if grad else h.relu_()",
+      "h = torch.relu(h) if grad else h",
+      ["tests/test_recsys_graph_models.py::test_all_pairs_scorer_equals_f_pred_on_each_pair_in_evaluation_and_under_autograd"],
+      "LPSFed's all-pairs f_Pred: no ReLU between the layers in evaluation (issue #69's fused scorer)"),
+    M("fpred_all_pairs_no_item_part", "fgx/models/graph_ranker.py",
+      "rows = torch.addcmul(w_item, u[s:s + b, None], w_prod)",
+      "rows = u[s:s + b, None] * w_prod",
+      ["tests/test_recsys_graph_models.py::test_all_pairs_scorer_equals_f_pred_on_each_pair_in_evaluation_and_under_autograd"],
+      "LPSFed's all-pairs f_Pred: the item part W2 v left out of the fused product"),
+    M("fpred_all_pairs_no_second_bias", "fgx/models/graph_ranker.py",
+      "torch.add(by_item.T, b2, out=out[s:s + b])",
+      "out[s:s + b] = by_item.T",
+      ["tests/test_recsys_graph_models.py::test_all_pairs_scorer_equals_f_pred_on_each_pair_in_evaluation_and_under_autograd"],
+      "LPSFed's all-pairs f_Pred: the second layer's bias dropped in evaluation"),
 ]
 
 

@@ -24,7 +24,8 @@ POP_THRESHOLDS = torch.tensor([10, 20, 30, 40, 50, 100, 200, 300, 400, 500])
 SCORES = ["mlp_angle", "cosine"]
 # f_Pred's hidden activations held at once when it scores every (user, item) pair of a client: users are
 # taken in blocks of at most this many (items x block x hidden) values (2 MB; on one AVX-512 core 1 MB
-# was as fast, 512 KB and 4 MB 12 % slower: best thread CPU time of 15 ML-100K evaluations)
+# was as fast, 512 KB and 4 MB 12 % slower: best thread CPU time of 15 ML-100K f_Pred scorings, a scratch
+# timing for issue #69)
 PRED_BLOCK = 1 << 19
 
 

@@ -1144,6 +1144,21 @@ MUTATIONS = [
       ["tests/test_ray_cluster.py::test_recovery_gives_the_undisturbed_metrics_on_a_simulated_ray",
        "tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
       "executor=ray: a re-run call draws new client seeds"),
+    M("fpred_all_pairs_no_relu", "fgx/models/graph_ranker.py",
+      "h = torch.relu(h) if grad else h.relu_()",
+      "h = torch.relu(h) if grad else h",
+      ["tests/test_recsys_graph_models.py::test_all_pairs_scorer_equals_f_pred_on_each_pair_in_evaluation_and_under_autograd"],
+      "LPSFed's all-pairs f_Pred: no ReLU between the layers in evaluation (issue #69's fused scorer)"),
+    M("fpred_all_pairs_no_item_part", "fgx/models/graph_ranker.py",
+      "rows = torch.addcmul(w_item, u[s:s + b, None], w_prod)",
+      "rows = u[s:s + b, None] * w_prod",
+      ["tests/test_recsys_graph_models.py::test_all_pairs_scorer_equals_f_pred_on_each_pair_in_evaluation_and_under_autograd"],
+      "LPSFed's all-pairs f_Pred: the item part W2 v left out of the fused product"),
+    M("fpred_all_pairs_no_second_bias", "fgx/models/graph_ranker.py",
+      "torch.add(by_item.T, b2, out=out[s:s + b])",
+      "out[s:s + b] = by_item.T",
+      ["tests/test_recsys_graph_models.py::test_all_pairs_scorer_equals_f_pred_on_each_pair_in_evaluation_and_under_autograd"],
+      "LPSFed's all-pairs f_Pred: the second layer's bias dropped in evaluation"),
 ]
 
 

@@ -1144,6 +1144,7 @@ MUTATIONS = [
       ["tests/test_ray_cluster.py::test_recovery_gives_the_undisturbed_metrics_on_a_simulated_ray",
        "tests/test_ray_cluster.py::test_a_killed_actor_and_a_removed_node_leave_the_metrics_of_an_undisturbed_run"],
       "executor=ray: a re-run call draws new client seeds"),
+    # issue 69 (l): LPSFed's fused all-pairs f_Pred (fgx/models/graph_ranker.py::pred_all_pairs)
     M("fpred_all_pairs_no_relu", "fgx/models/graph_ranker.py",
       "h = torch.relu(h) if grad else h.relu_()",
       "h = torch.relu(h) if grad else h",

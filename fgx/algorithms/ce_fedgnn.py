@@ -442,8 +442,7 @@ class CEFedGNN(Algorithm):
         ids = [c.cid for c in self.clients]
         gw = ch.broadcast("global_weights", flat_params(self.global_model), ids, r)
         gG = ch.broadcast("global_grad_estimator", self.global_G, ids, r) if p.share_grad_estimator else None
-        results = self.ctx.executor.map(local_round, self.clients, p, gw, gG, round_seed(self.ctx.seed, r), self.share,
-                                        r == 1)
+        results = self._local_rounds(gw, gG, r)
         updates, Gs, losses = [], [], []
         fresh = {layer: [] for layer in self.share}     # global ids uploaded this round, per layer
         for c, (upd, G, emb, loss) in zip(self.clients, results):
@@ -467,6 +466,18 @@ class CEFedGNN(Algorithm):
         if p.aia_targets and r == self.ctx.rounds:
             self.ctx.record("attack_aia", self.attribute_inference())
         return {"loss": mean_loss(losses)}
+
+    def _local_rounds(self, gw: dict, gG: dict | None, r: int) -> list:
+        """Every client's local_round: executor=batched steps the clients together where
+        ce_fedgnn_batched allows it (the same results bit for bit), any other executor maps the loop."""
+        from fgx.algorithms import ce_fedgnn_batched
+        from fgx.federation.batched import BatchedExecutor
+
+        p, ex, rseed = self.params, self.ctx.executor, round_seed(self.ctx.seed, r)
+        if isinstance(ex, BatchedExecutor) and ce_fedgnn_batched.refusal(self.clients, p) is None:
+            return ce_fedgnn_batched.local_rounds(self.clients, p, gw, gG, rseed, self.share, r == 1,
+                                                  ex.client_seeds(self.clients))
+        return ex.map(local_round, self.clients, p, gw, gG, rseed, self.share, r == 1)
 
     def attribute_inference(self) -> dict:
         """Spec §3.5: reconstruct boundary nodes' raw features from their released layer-1 embedding

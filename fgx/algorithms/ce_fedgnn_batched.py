@@ -24,11 +24,6 @@ from fgx.models import sparse
 from fgx.progress import tick
 from fgx.tasks import targets
 
-# owned nodes per group of clients stepped together: bounds the union's activations (about 1.3 rows per
-# owned node with fanouts [10, 10]) while leaving hundreds of small clients in one group
-GROUP_OWNED_NODES = 1 << 18
-
-
 def refusal(clients: list, p) -> str | None:
     """Why these clients' local rounds cannot run batched (None: they can)."""
     from fgx.models.gcn import GCN
@@ -61,52 +56,63 @@ class _Dropout:
             return h
         if p >= 1.0:
             return h * 0.0
-        u = torch.cat([torch.rand(n, *h.shape[1:], generator=g, dtype=h.dtype) for g, n in zip(self.gens, rows)])
+        u = torch.empty(h.shape, dtype=h.dtype)
+        for g, piece in zip(self.gens, u.split(rows)):
+            torch.rand(piece.shape, generator=g, dtype=h.dtype, out=piece)
         return h * (u.to(h.device) >= p) * (1.0 / (1.0 - p))
 
 
 class _Union:
-    """One step's samples of a group of clients stacked block-diagonally (client-local ids offset)."""
+    """One step's samples of a group of clients stacked block-diagonally: client c's sampled rows follow
+    client c-1's, its owned and halo nodes index the group's stacked estimators and halo embeddings."""
 
-    def __init__(self, cs: list, samples: list, own_off: list[int], halo_off: list[int], L: int, raw_layer0: bool):
-        dev = cs[0].view.x.device
-        xs, eis, internals, own_pos, own_ids, halo_pos, halo_ids, hops, seeds, ys = ([] for _ in range(10))
-        self.rows, self.seed_rows = [], []
-        base = 0
-        for c, s, oo, ho in zip(cs, samples, own_off, halo_off):
-            nodes = s.nodes.to(dev)
-            owned = nodes < c.n_own
-            op, hp = owned.nonzero().view(-1), (~owned).nonzero().view(-1)
-            ei = s.edge_index.to(dev)
-            xs.append(c.view.x[nodes])
-            eis.append(ei + base)
-            internals.append(owned[ei[0]] & owned[ei[1]])
-            own_pos.append(op + base)
-            own_ids.append(nodes[op] + oo)
-            halo_pos.append(hp + base)
-            halo_ids.append(nodes[hp] - c.n_own + ho)
-            hops.append(s.hop.to(dev)[op])
-            ys.append(c.view.y[nodes[:s.num_seed_nodes]])
-            seeds.append(torch.arange(base, base + s.num_seed_nodes, device=dev))
-            self.rows.append(nodes.numel())
-            self.seed_rows.append(s.num_seed_nodes)
-            base += nodes.numel()
-        self.n = base
-        self.x = torch.cat(xs)
-        self.own_pos, self.own_ids = torch.cat(own_pos), torch.cat(own_ids)
-        self.halo_pos, self.halo_ids = torch.cat(halo_pos), torch.cat(halo_ids)
+    def __init__(self, cs: list, samples: list, st: "_Stacked", L: int, raw_layer0: bool):
+        dev = st.dev
+        self.rows = [s.nodes.numel() for s in samples]
+        self.seed_rows = [s.num_seed_nodes for s in samples]
+        self.n = sum(self.rows)
+        rows = torch.tensor(self.rows, device=dev)
+        who = torch.repeat_interleave(torch.arange(len(cs), device=dev), rows)       # client of each row
+        base = torch.cumsum(rows, 0) - rows
+        nodes = torch.cat([s.nodes for s in samples]).to(dev)
+        owned = nodes < st.n_own[who]
+        self.own_pos, self.halo_pos = owned.nonzero().view(-1), (~owned).nonzero().view(-1)
+        self.own_ids = nodes[self.own_pos] + st.own_off[who[self.own_pos]]
+        self.halo_ids = nodes[self.halo_pos] - st.n_own[who[self.halo_pos]] + st.halo_off[who[self.halo_pos]]
+        self.x = torch.cat([c.view.x[s.nodes.to(dev)] for c, s in zip(cs, samples)])
         if not raw_layer0 and self.halo_pos.numel():
             self.x[self.halo_pos] = 0
-        ei = torch.cat(eis, 1)
-        self.edges_all, self.edges_internal = ei, ei[:, torch.cat(internals)]
-        hop = torch.cat(hops)
+        n_edges = torch.tensor([s.edge_index.size(1) for s in samples], device=dev)
+        ei = torch.cat([s.edge_index for s in samples], 1).to(dev) + torch.repeat_interleave(base, n_edges)
+        self.edges_all = ei
+        self.edges_internal = ei[:, owned[ei[0]] & owned[ei[1]]]
+        hop = torch.cat([s.hop for s in samples]).to(dev)[self.own_pos]
         self.upd = [hop <= L - 1 - i for i in range(L)]
-        self.seeds, self.y = torch.cat(seeds), torch.cat(ys)
+        seed_rows = torch.tensor(self.seed_rows, device=dev)
+        first = torch.repeat_interleave(base, seed_rows)
+        self.seeds = first + torch.arange(first.numel(), device=dev) - torch.repeat_interleave(
+            torch.cumsum(seed_rows, 0) - seed_rows, seed_rows)
+        self.y = torch.cat([c.view.y[s.nodes[:s.num_seed_nodes].to(dev)] for c, s in zip(cs, samples)])
+
+
+class _Stacked:
+    """A group's per-client sizes and offsets into its stacked owned and halo nodes."""
+
+    def __init__(self, cs: list, dev):
+        self.dev = dev
+        self.n_own = torch.tensor([c.n_own for c in cs], device=dev)
+        n_halo = torch.tensor([c.halo_global.numel() for c in cs], device=dev)
+        self.own_off = torch.cumsum(self.n_own, 0) - self.n_own
+        self.halo_off = torch.cumsum(n_halo, 0) - n_halo
+        self.own_bounds = [0] + torch.cumsum(self.n_own, 0).tolist()
 
 
 def local_rounds(clients: list, p, global_state: dict, global_G: dict | None, rseed: int, share: list,
-                 first_round: bool, seeds: list[int]) -> list:
-    """``ce_fedgnn.local_round`` of every client (``seeds``: executor=local's seed of each), in order."""
+                 first_round: bool, seeds: list[int], group_nodes: int) -> list:
+    """``ce_fedgnn.local_round`` of every client (``seeds``: executor=local's seed of each), in order, in
+    groups of consecutive clients with at most ``group_nodes`` owned nodes (one larger client: a group of
+    its own). A group's union stays small enough to keep its activations in cache; one huge union is
+    slower than the loop (memory-bound elementwise passes)."""
     from fgx.algorithms.ce_fedgnn import local_round
 
     out: list = [None] * len(clients)
@@ -116,9 +122,9 @@ def local_rounds(clients: list, p, global_state: dict, global_G: dict | None, rs
             active.append(i)
         else:                                 # nothing to train: its loop returns at once, drawing nothing
             out[i] = local_round(c, p, global_state, global_G, rseed, share, first_round)
-    groups, size = [], GROUP_OWNED_NODES + 1
+    groups, size = [], group_nodes + 1
     for i in active:
-        if size + clients[i].n_own > GROUP_OWNED_NODES and (not groups or groups[-1]):
+        if size + clients[i].n_own > group_nodes:
             groups.append([])
             size = 0
         groups[-1].append(i)
@@ -148,8 +154,7 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
     names = [n for n, _ in model0.named_parameters()]
     params = [dict(c.model.named_parameters()) for c in cs]
     flat_params = [ps[n] for ps in params for n in names]
-    own_off = torch.tensor([0] + [c.n_own for c in cs]).cumsum(0).tolist()
-    halo_off = torch.tensor([0] + [c.halo_global.numel() for c in cs]).cumsum(0).tolist()
+    st = _Stacked(cs, dev)
     dims = [int(model0.convs[i].lin.weight.size(0)) for i in range(L)]
     hbar, init = _stack_estimators(cs, dims, dev)
     updated = [torch.cat([c.updated[i] for c in cs]) for i in range(L)]
@@ -168,7 +173,7 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
             else:
                 items = ids
             samples.append(c.sampler.sample_nodes(items.cpu(), g))
-        u = _Union(cs, samples, own_off[:-1], halo_off[:-1], L, p.remote_layer0 == "raw")
+        u = _Union(cs, samples, st, L, p.remote_layer0 == "raw")
         h = u.x
         for i in range(L):
             edges = u.edges_all if cs[0].layer_uses_cross[i] else u.edges_internal
@@ -204,7 +209,7 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
         for k, v in enumerate(torch.stack(step_losses).detach().tolist()):
             losses[k].append(v)
     for k, c in enumerate(cs):
-        a, b = own_off[k], own_off[k + 1]
+        a, b = st.own_bounds[k], st.own_bounds[k + 1]
         c.hbar = [hb[a:b].clone() for hb in hbar]
         c.hbar_init = [m[a:b].clone() for m in init]
         c.updated = [m[a:b].clone() for m in updated]

@@ -93,21 +93,10 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
     """Eq. 5 for the owned nodes ``ids`` (rows of ``fresh``): nodes in ``upd`` move their average
     towards the fresh value; the others keep their last average (a constant, no gradient).
     ``whole``: ``ids`` is every owned node in order (the whole client graph)."""
-    # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of its
-    # last update; "none" keeps the local estimators and only stops the exchange
-    gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
     if c.hbar[i] is None:
         c.hbar[i] = torch.zeros(c.n_own, *fresh.shape[1:], dtype=fresh.dtype, device=fresh.device)
         c.hbar_init[i] = torch.zeros(c.n_own, dtype=torch.bool, device=fresh.device)
-    old = c.hbar[i][ids]
-    if p.ma_init == "first":
-        old = torch.where(c.hbar_init[i][ids].unsqueeze(-1), old, fresh.detach())
-    m = upd.unsqueeze(-1)
-    new = torch.where(m, (1 - gamma) * old + gamma * fresh.detach(), old)
-    if p.grad_through_ma == "straight_through":
-        used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
-    else:
-        used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
+    new, used = ma_rows(p, fresh, c.hbar[i][ids], c.hbar_init[i][ids], upd)
     if whole:
         c.hbar[i] = new                  # every row replaced; ``new`` carries no gradient
     else:
@@ -117,6 +106,24 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
     c.hbar_init[i][ids[upd]] = True
     c.updated[i][ids[upd]] = True
     return used
+
+
+def ma_rows(p: CEFedGNNParams, fresh: torch.Tensor, old: torch.Tensor, has_value: torch.Tensor,
+            upd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 5 on rows: (the new moving averages, the values the step uses), from the rows' fresh values,
+    their last averages ``old`` and whether they have one; rows not in ``upd`` keep ``old``."""
+    # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of its
+    # last update; "none" keeps the local estimators and only stops the exchange
+    gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
+    if p.ma_init == "first":
+        old = torch.where(has_value.unsqueeze(-1), old, fresh.detach())
+    m = upd.unsqueeze(-1)
+    new = torch.where(m, (1 - gamma) * old + gamma * fresh.detach(), old)
+    if p.grad_through_ma == "straight_through":
+        used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
+    else:
+        used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
+    return new, used
 
 
 def _forward(c: CEClient, p: CEFedGNNParams, update: list | None, sample=None, train: bool = True,

@@ -161,7 +161,6 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
     remote = {layer: torch.cat([c.remote[layer] if layer in c.remote else
                                 torch.zeros(c.halo_global.numel(), dims[layer - 1], device=dev) for c in cs])
               for layer in range(1, L + 1) if p.embedding_sharing != "none" and any(layer in c.remote for c in cs)}
-    gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
     drop = _Dropout(model0.dropout, seeds)
     losses = [[] for _ in cs]
     for step in range(p.local_steps):
@@ -187,7 +186,7 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
             b = f"convs.{i}.bias"
             if b in params[0]:
                 out = torch.cat([piece + ps[b] for piece, ps in zip(out.split(u.rows), params)])
-            used = _moving_average(p, gamma, hbar, init, updated, i, out[u.own_pos], u.upd[i], u.own_ids)
+            used = _moving_average(p, hbar, init, updated, i, out[u.own_pos], u.upd[i], u.own_ids)
             h_own = model0.activate(i, used)
             layer = i + 1
             if layer in remote:
@@ -227,19 +226,13 @@ def _stack_estimators(cs: list, dims: list[int], dev) -> tuple[list, list]:
     return hbar, init
 
 
-def _moving_average(p, gamma: float, hbar: list, init: list, updated: list, i: int, fresh: torch.Tensor,
-                    upd: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
-    """ce_fedgnn._ma over the union: the same elementwise formulas, rows ``ids`` of the stacked estimators.
-    In place: ``old`` is a copy (advanced indexing), so no step's autograd graph holds ``hbar[i]``."""
-    old = hbar[i][ids]
-    if p.ma_init == "first":
-        old = torch.where(init[i][ids].unsqueeze(-1), old, fresh.detach())
-    m = upd.unsqueeze(-1)
-    new = torch.where(m, (1 - gamma) * old + gamma * fresh.detach(), old)
-    if p.grad_through_ma == "straight_through":
-        used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
-    else:
-        used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
+def _moving_average(p, hbar: list, init: list, updated: list, i: int, fresh: torch.Tensor, upd: torch.Tensor,
+                    ids: torch.Tensor) -> torch.Tensor:
+    """ce_fedgnn._ma over the union (ce_fedgnn.ma_rows on rows ``ids`` of the stacked estimators). In
+    place: ``hbar[i][ids]`` is a copy (advanced indexing), so no step's autograd graph holds ``hbar[i]``."""
+    from fgx.algorithms.ce_fedgnn import ma_rows
+
+    new, used = ma_rows(p, fresh, hbar[i][ids], init[i][ids], upd)
     hbar[i][ids] = new
     init[i][ids[upd]] = True
     updated[i][ids[upd]] = True

@@ -93,21 +93,10 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
     """Eq. 5 for the owned nodes ``ids`` (rows of ``fresh``): nodes in ``upd`` move their average
     towards the fresh value; the others keep their last average (a constant, no gradient).
     ``whole``: ``ids`` is every owned node in order (the whole client graph)."""
-    # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of its
-    # last update; "none" keeps the local estimators and only stops the exchange
-    gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
     if c.hbar[i] is None:
         c.hbar[i] = torch.zeros(c.n_own, *fresh.shape[1:], dtype=fresh.dtype, device=fresh.device)
         c.hbar_init[i] = torch.zeros(c.n_own, dtype=torch.bool, device=fresh.device)
-    old = c.hbar[i][ids]
-    if p.ma_init == "first":
-        old = torch.where(c.hbar_init[i][ids].unsqueeze(-1), old, fresh.detach())
-    m = upd.unsqueeze(-1)
-    new = torch.where(m, (1 - gamma) * old + gamma * fresh.detach(), old)
-    if p.grad_through_ma == "straight_through":
-        used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
-    else:
-        used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
+    new, used = ma_rows(p, fresh, c.hbar[i][ids], c.hbar_init[i][ids], upd)
     if whole:
         c.hbar[i] = new                  # every row replaced; ``new`` carries no gradient
     else:
@@ -117,6 +106,24 @@ def _ma(c: CEClient, p: CEFedGNNParams, i: int, fresh: torch.Tensor, upd: torch.
     c.hbar_init[i][ids[upd]] = True
     c.updated[i][ids[upd]] = True
     return used
+
+
+def ma_rows(p: CEFedGNNParams, fresh: torch.Tensor, old: torch.Tensor, has_value: torch.Tensor,
+            upd: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eq. 5 on rows: (the new moving averages, the values the step uses), from the rows' fresh values,
+    their last averages ``old`` and whether they have one; rows not in ``upd`` keep ``old``."""
+    # stale sharing (FedGNN-ST) is the moving average with gamma = 1: a node keeps the value of its
+    # last update; "none" keeps the local estimators and only stops the exchange
+    gamma = 1.0 if p.embedding_sharing == "stale" else p.gamma
+    if p.ma_init == "first":
+        old = torch.where(has_value.unsqueeze(-1), old, fresh.detach())
+    m = upd.unsqueeze(-1)
+    new = torch.where(m, (1 - gamma) * old + gamma * fresh.detach(), old)
+    if p.grad_through_ma == "straight_through":
+        used = new + (fresh - fresh.detach()) * m.to(fresh.dtype)
+    else:
+        used = torch.where(m, (1 - gamma) * old + gamma * fresh, old)
+    return new, used
 
 
 def _forward(c: CEClient, p: CEFedGNNParams, update: list | None, sample=None, train: bool = True,
@@ -442,8 +449,7 @@ class CEFedGNN(Algorithm):
         ids = [c.cid for c in self.clients]
         gw = ch.broadcast("global_weights", flat_params(self.global_model), ids, r)
         gG = ch.broadcast("global_grad_estimator", self.global_G, ids, r) if p.share_grad_estimator else None
-        results = self.ctx.executor.map(local_round, self.clients, p, gw, gG, round_seed(self.ctx.seed, r), self.share,
-                                        r == 1)
+        results = self._local_rounds(gw, gG, r)
         updates, Gs, losses = [], [], []
         fresh = {layer: [] for layer in self.share}     # global ids uploaded this round, per layer
         for c, (upd, G, emb, loss) in zip(self.clients, results):
@@ -467,6 +473,18 @@ class CEFedGNN(Algorithm):
         if p.aia_targets and r == self.ctx.rounds:
             self.ctx.record("attack_aia", self.attribute_inference())
         return {"loss": mean_loss(losses)}
+
+    def _local_rounds(self, gw: dict, gG: dict | None, r: int) -> list:
+        """Every client's local_round: executor=batched steps the clients together where
+        ce_fedgnn_batched allows it (the same results bit for bit), any other executor maps the loop."""
+        from fgx.algorithms import ce_fedgnn_batched
+        from fgx.federation.batched import BatchedExecutor
+
+        p, ex, rseed = self.params, self.ctx.executor, round_seed(self.ctx.seed, r)
+        if isinstance(ex, BatchedExecutor) and ce_fedgnn_batched.refusal(self.clients, p) is None:
+            return ce_fedgnn_batched.local_rounds(self.clients, p, gw, gG, rseed, self.share, r == 1,
+                                                  ex.client_seeds(self.clients), ex.params.group_nodes)
+        return ex.map(local_round, self.clients, p, gw, gG, rseed, self.share, r == 1)
 
     def attribute_inference(self) -> dict:
         """Spec §3.5: reconstruct boundary nodes' raw features from their released layer-1 embedding

@@ -53,6 +53,7 @@ MUTATIONS = [
       "c.G[name] = grad.detach()",
       ["tests/test_mechanism_ce_fedgnn.py::test_eq9_uploaded_estimator_is_the_moving_average_of_gradients"],
       "CE-FedGNN Eq. 9: G = raw gradient"),
+    # issue 69 (c): CE-FedGNN's grouped local steps under executor=batched (fgx/algorithms/ce_fedgnn_batched.py)
     M("ce_batched_dropout_other_stream", "fgx/algorithms/ce_fedgnn_batched.py",
       "self.gens = [torch.Generator().manual_seed(s) for s in seeds]",
       "self.gens = [torch.Generator().manual_seed(s + 1) for s in seeds]",

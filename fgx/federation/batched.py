@@ -138,15 +138,22 @@ class Block:
         sizes = [int(v.num_nodes) for v in views]
         self.C, self.n, self.sizes = len(views), max(sizes), sizes
         starts = [i * self.n for i in range(self.C)]
+        # each client's training rows in the order its own loss sees them (out[mask]: ascending node index)
+        self.train_rows = [targets(v, "node", "train")[0].nonzero().view(-1).to(device) + s
+                           for v, s in zip(views, starts)]
+        v = views[0]
+        if self.C == 1 and v.x.device == v.edge_index.device == v.y.device == device and v.y.dtype == torch.long:
+            # one client (larger than group_nodes): its view is the padded table, so the batch holds the view's own
+            # tensors, not copies, and its adjacency is the one the view's evaluation builds (fgx.models.sparse
+            # keeps one per edge_index tensor); copies were 0.5 GB of FedAvg's peak at 1M nodes (issue 69)
+            self.x, self.edge_index, self.y = v.x, v.edge_index, v.y
+            return
         real = torch.cat([torch.arange(s, s + k) for s, k in zip(starts, sizes)])
         self.x = torch.zeros(self.C * self.n, views[0].x.size(1), dtype=views[0].x.dtype, device=device)
         self.x[real.to(device)] = torch.cat([v.x for v in views]).to(device)
         self.edge_index = torch.cat([v.edge_index.to(device) + s for v, s in zip(views, starts)], 1)
         self.y = torch.zeros(self.C * self.n, dtype=torch.long, device=device)
         self.y[real.to(device)] = torch.cat([v.y for v in views]).to(device)
-        # each client's training rows in the order its own loss sees them (out[mask]: ascending node index)
-        self.train_rows = [targets(v, "node", "train")[0].nonzero().view(-1).to(device) + s
-                           for v, s in zip(views, starts)]
 
     def bmm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Row block i of h times client i's ``weight[i]``ᵀ (F.linear per client)."""

@@ -71,9 +71,11 @@ def sparse_input(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor] | None:
         return None
 
     def build():
-        idx = x.nonzero().t()
-        if idx.size(1) > SPARSE_INPUT_DENSITY * x.numel():
+        # counted before the indices are listed: a dense x's index list is 16 bytes per entry (1 GB for a
+        # million nodes of 64 features), only to be thrown away
+        if int(torch.count_nonzero(x)) > SPARSE_INPUT_DENSITY * x.numel():
             return None
+        idx = x.nonzero().t()
         return _csr_pair(idx, x[idx[0], idx[1]], tuple(x.shape))
     return per_tensor(x, "sparse_input", build)
 

@@ -1124,6 +1124,22 @@ MUTATIONS = [
       'CLAIMS = ("paper", "ordering")',
       ["tests/test_table_stats.py::test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_columns_are_per_round"],
       "equality: a table of equalities reads 'runs as expected'"),
+    # issue 69: what the memory cuts keep out of a run
+    M("halo_rows_resident", "fgx/partition/base.py",
+      "x = zeros_on_demand((n_loc,) + tuple(data.x.shape[1:]), data.x.dtype)",
+      "x = torch.zeros((n_loc,) + tuple(data.x.shape[1:]), dtype=data.x.dtype)",
+      ["tests/test_memory_cuts.py::test_halo_rows_take_no_memory_until_written"],
+      "memory (#69): a client's zero halo feature rows written, so resident"),
+    M("one_client_batch_copies", "fgx/federation/batched.py",
+      "        if self.C == 1 and v.x.device",
+      "        if False and v.x.device",
+      ["tests/test_memory_cuts.py::test_one_client_batch_holds_its_views_tensors"],
+      "memory (#69): a one-client batch copies its view and builds a second adjacency"),
+    M("unifilter_bases_kept", "fgx/models/unifilter.py",
+      'out = cached.setdefault(key, {"features": features, "hhat": hhat, "tau": tau})',
+      'out = cached.setdefault(key, {"features": features, "hhat": hhat, "tau": tau, "hom": hom, "het": het[1:]})',
+      ["tests/test_memory_cuts.py::test_fedgsp_keeps_no_float64_bases_and_reads_the_same_ones"],
+      "memory (#69): UniFilter's float64 bases cached for the whole run"),
 ]
 
 

@@ -67,7 +67,21 @@ def test_one_client_batch_holds_its_views_tensors(tmp_path):
     # training and evaluation built one adjacency per client: the one of its view's edge_index
     ids = {k[1] for k in sparse._CACHE if k[0] == "gcn_adjacency"}
     assert {id(v.edge_index) for v in views.values()} <= ids
+    for v in views.values():     # an undirected graph's Â is its own transpose: one CSR for both
+        a, a_t = sparse.gcn_adjacency(v.edge_index, v.num_nodes)
+        assert a is a_t
     assert not ids & {id(blk.edge_index) for blk in blocks} - {id(v.edge_index) for v in views.values()}
+
+
+def test_a_directed_graphs_adjacency_keeps_its_transpose():
+    from fgx.models import sparse
+
+    ei = torch.tensor([[0, 1, 2, 2], [1, 2, 0, 3]])
+    a, a_t = sparse.gcn_adjacency(ei, 4)
+    assert a is not a_t and torch.equal(a_t.to_dense(), a.to_dense().t())
+    und = torch.cat([ei, ei.flip(0)], 1)
+    a, a_t = sparse.gcn_adjacency(und, 4)
+    assert a is a_t and torch.equal(a.to_dense(), a.to_dense().t())
 
 
 def test_fedgsp_keeps_no_float64_bases_and_reads_the_same_ones(tmp_path):

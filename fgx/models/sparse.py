@@ -39,7 +39,13 @@ def _csr_pair(index: torch.Tensor, values: torch.Tensor, shape: tuple[int, int])
     with warnings.catch_warnings():      # "sparse CSR support is in beta": its product with a dense matrix is not
         warnings.simplefilter("ignore", UserWarning)
         coo = torch.sparse_coo_tensor(index, values, shape)
-        return coo.to_sparse_csr(), coo.t().to_sparse_csr()
+        a, a_t = coo.to_sparse_csr(), coo.t().to_sparse_csr()
+    # an undirected graph's Â = D^-1/2 (A + I) D^-1/2 is its own transpose, entry for entry: one CSR kept
+    # for both halves the adjacency's memory (issue 69) and gives the same products
+    if a.shape == a_t.shape and all(torch.equal(u, v) for u, v in zip(
+            (a.crow_indices(), a.col_indices(), a.values()), (a_t.crow_indices(), a_t.col_indices(), a_t.values()))):
+        return a, a
+    return a, a_t
 
 
 def gcn_adjacency(edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -4,6 +4,7 @@ adjacency for training and evaluation), and UniFilter's float64 bases live only 
 descriptors read them."""
 from __future__ import annotations
 
+import json
 import sys
 
 import pytest
@@ -63,7 +64,7 @@ def test_one_client_batch_holds_its_views_tensors(tmp_path):
     assert len(blocks) == len(views) == 5
     for views_of_block, blk in job.executor.blocks.values():
         (view,) = views_of_block
-        assert blk.x is view.x and blk.edge_index is view.edge_index and blk.y is view.y
+        assert blk.features() is view.x and blk.edge_index is view.edge_index and blk.y is view.y
     # training and evaluation built one adjacency per client: the one of its view's edge_index
     ids = {k[1] for k in sparse._CACHE if k[0] == "gcn_adjacency"}
     assert {id(v.edge_index) for v in views.values()} <= ids
@@ -71,6 +72,21 @@ def test_one_client_batch_holds_its_views_tensors(tmp_path):
         a, a_t = sparse.gcn_adjacency(v.edge_index, v.num_nodes)
         assert a is a_t
     assert not ids & {id(blk.edge_index) for blk in blocks} - {id(v.edge_index) for v in views.values()}
+
+
+def test_a_kept_batch_of_several_clients_holds_no_feature_table(tmp_path):
+    job = build(tmp_path, "algorithm=fedavg", "model=gcn", "executor=batched")      # 5 clients, one batch
+    step(job, 1)
+    F = job.clients[0].data.x.size(1)
+    kept = [blk for _, blk in job.executor.blocks.values()]
+    assert max(blk.C for blk in kept) > 1
+    for blk in kept:
+        assert not any(isinstance(t, torch.Tensor) and t.dim() == 2 and t.size(1) == F for t in vars(blk).values())
+        x = blk.features()              # built when a round trains the batch: the views' rows, zeros between
+        assert x.shape == (blk.C * blk.n, F)
+        for i, v in enumerate(blk.views):
+            assert torch.equal(x[i * blk.n:i * blk.n + blk.sizes[i]], v.x)
+            assert not x[i * blk.n + blk.sizes[i]:(i + 1) * blk.n].any()
 
 
 def test_a_directed_graphs_adjacency_keeps_its_transpose():
@@ -103,3 +119,41 @@ def test_fedgsp_keeps_no_float64_bases_and_reads_the_same_ones(tmp_path):
         assert torch.equal(unifilter.client_bases(s.view, p)["features"], torch.stack(mixed, 1).float())
         assert torch.equal(desc["p"], pca_directions(torch.cat(hom, 1), k).flatten())
         assert torch.equal(desc["q_K"], torch.stack([pca_directions(x, k).flatten() for x in het[1:]]))
+
+
+def before_the_cuts(monkeypatch) -> None:
+    """Issue 69's memory cuts undone: halo rows written out, every batch a copy, the transpose kept apart."""
+    from fgx.federation.batched import Block
+    from fgx.models import sparse
+    from fgx.partition import base
+
+    monkeypatch.setattr(base, "zeros_on_demand", lambda shape, dtype: torch.zeros(shape, dtype=dtype))
+    monkeypatch.setattr(Block, "holds_view", staticmethod(lambda views, device: False))
+    monkeypatch.setattr(sparse, "same_csr", lambda a, b: False)
+
+
+@pytest.mark.parametrize("extra", [["executor.group_nodes=1"], ["partitioner.num_clients=40"],
+                                   ["model=sage", "executor=local"]])
+def test_the_cuts_change_no_value(tmp_path, monkeypatch, extra):
+    from fgx.models import sparse
+    from fgx.partition import base
+
+    cfg = ["algorithm=fedavg", "model=gcn", "executor=batched", "dataset.num_nodes=3000", "dataset.num_features=64",
+           "algorithm.local_steps=3", *extra]
+
+    def run():
+        sparse._CACHE.clear()
+        job = build(tmp_path, *cfg)
+        losses = [step(job, r)["loss"] for r in (1, 2, 3)]
+        return job, losses, job.evaluator(job.algo)
+
+    monkeypatch.setattr(base, "ON_DEMAND_MIN_BYTES", 0)          # every client's x on pages taken when written
+    after, losses, metrics = run()
+    with monkeypatch.context() as m:
+        before_the_cuts(m)
+        job, losses_before, metrics_before = run()
+    # bit for bit (as JSON: a client's undefined metric is a NaN, which equals nothing)
+    assert losses == losses_before and json.dumps(metrics, sort_keys=True) == json.dumps(metrics_before, sort_keys=True)
+    for a, b in zip(after.algo.states, job.algo.states):
+        assert all(torch.equal(a.model.state_dict()[k], b.model.state_dict()[k]) for k in a.model.state_dict())
+    assert all(torch.equal(a.data.x, b.data.x) for a, b in zip(after.clients, job.clients))

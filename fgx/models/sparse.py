@@ -42,10 +42,13 @@ def _csr_pair(index: torch.Tensor, values: torch.Tensor, shape: tuple[int, int])
         a, a_t = coo.to_sparse_csr(), coo.t().to_sparse_csr()
     # an undirected graph's Â = D^-1/2 (A + I) D^-1/2 is its own transpose, entry for entry: one CSR kept
     # for both halves the adjacency's memory (issue 69) and gives the same products
-    if a.shape == a_t.shape and all(torch.equal(u, v) for u, v in zip(
-            (a.crow_indices(), a.col_indices(), a.values()), (a_t.crow_indices(), a_t.col_indices(), a_t.values()))):
-        return a, a
-    return a, a_t
+    return (a, a) if same_csr(a, a_t) else (a, a_t)
+
+
+def same_csr(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Two CSR matrices with the same shape, structure and values, bit for bit."""
+    return a.shape == b.shape and all(torch.equal(u, v) for u, v in zip(
+        (a.crow_indices(), a.col_indices(), a.values()), (b.crow_indices(), b.col_indices(), b.values())))
 
 
 def gcn_adjacency(edge_index: torch.Tensor, num_nodes: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -99,8 +99,8 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
     return clients
 
 
-# below this many bytes a tensor is plain torch.zeros (a mapping of its own costs more than it saves)
-ON_DEMAND_MIN_BYTES = 1 << 20
+# below this many bytes a tensor is plain torch.zeros (a mapping of its own would cost more than it saves)
+ON_DEMAND_MIN_BYTES = 1 << 16
 
 
 def zeros_on_demand(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

@@ -166,8 +166,8 @@ class Block:
     def holds_view(views: list, device) -> bool:
         """One client (larger than group_nodes) whose view is the padded table as it is: the batch uses the
         view's own tensors, not copies, and its adjacency is the one the view's evaluation builds
-        (fgx.models.sparse keeps one per edge_index tensor); copies were 0.5 GB of FedAvg's peak at 1M nodes
-        with 10 clients (issue 69)."""
+        (fgx.models.sparse keeps one per edge_index tensor); copies were 0.5 GB of a one-step round's peak
+        at 1M nodes with 10 clients (issue 69)."""
         v = views[0]
         return len(views) == 1 and v.x.device == v.edge_index.device == v.y.device == device and v.y.dtype == torch.long
 

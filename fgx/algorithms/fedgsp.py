@@ -205,7 +205,7 @@ def client_descriptors(state: ClientState, k: int) -> dict[str, torch.Tensor]:
     concatenations over orders, flattened: p_K/q_K [K, k·F], p/q [k·K·F]."""
     from fgx.models.unifilter import client_bases
 
-    bases = client_bases(state.view, state.model.p)
+    bases = client_bases(state.view, state.model.p, with_bases=True)   # not kept after this call
     hom, het = bases["hom"], bases["het"]
     return {"p_K": torch.stack([pca_directions(x, k).flatten() for x in hom]),
             "q_K": torch.stack([pca_directions(x, k).flatten() for x in het]),

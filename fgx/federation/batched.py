@@ -138,15 +138,38 @@ class Block:
         sizes = [int(v.num_nodes) for v in views]
         self.C, self.n, self.sizes = len(views), max(sizes), sizes
         starts = [i * self.n for i in range(self.C)]
-        real = torch.cat([torch.arange(s, s + k) for s, k in zip(starts, sizes)])
-        self.x = torch.zeros(self.C * self.n, views[0].x.size(1), dtype=views[0].x.dtype, device=device)
-        self.x[real.to(device)] = torch.cat([v.x for v in views]).to(device)
-        self.edge_index = torch.cat([v.edge_index.to(device) + s for v, s in zip(views, starts)], 1)
-        self.y = torch.zeros(self.C * self.n, dtype=torch.long, device=device)
-        self.y[real.to(device)] = torch.cat([v.y for v in views]).to(device)
         # each client's training rows in the order its own loss sees them (out[mask]: ascending node index)
         self.train_rows = [targets(v, "node", "train")[0].nonzero().view(-1).to(device) + s
                            for v, s in zip(views, starts)]
+        self.views, self.device = views, device
+        if self.holds_view(views, device):
+            self.edge_index, self.y = views[0].edge_index, views[0].y
+            return
+        real = torch.cat([torch.arange(s, s + k) for s, k in zip(starts, sizes)])
+        self.edge_index = torch.cat([v.edge_index.to(device) + s for v, s in zip(views, starts)], 1)
+        self.y = torch.zeros(self.C * self.n, dtype=torch.long, device=device)
+        self.y[real.to(device)] = torch.cat([v.y for v in views]).to(device)
+
+    def features(self) -> torch.Tensor:
+        """The padded feature table [C·n, F], built from the views for one call of train_group and not kept
+        with the batch: kept between rounds, the tables of 1,000 clients were a second copy of every
+        client's features (256 MB at 1M nodes, issue 69); building one costs a copy per round."""
+        views = self.views
+        if self.holds_view(views, self.device):
+            return views[0].x
+        x = torch.zeros(self.C * self.n, views[0].x.size(1), dtype=views[0].x.dtype, device=self.device)
+        for i, v in enumerate(views):
+            x[i * self.n:i * self.n + self.sizes[i]] = v.x
+        return x
+
+    @staticmethod
+    def holds_view(views: list, device) -> bool:
+        """One client (larger than group_nodes) whose view is the padded table as it is: the batch uses the
+        view's own tensors, not copies, and its adjacency is the one the view's evaluation builds
+        (fgx.models.sparse keeps one per edge_index tensor); copies were 0.5 GB of a one-step round's peak
+        at 1M nodes with 10 clients (issue 69)."""
+        v = views[0]
+        return len(views) == 1 and v.x.device == v.edge_index.device == v.y.device == device and v.y.dtype == torch.long
 
     def bmm(self, h: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
         """Row block i of h times client i's ``weight[i]``ᵀ (F.linear per client)."""
@@ -156,13 +179,14 @@ class Block:
         return (h.view(self.C, self.n, -1) + bias[:, None, :]).reshape(self.C * self.n, -1)
 
 
-def forward(model, P: dict[str, torch.Tensor], blk: Block, drop) -> torch.Tensor:
+def forward(model, P: dict[str, torch.Tensor], blk: Block, drop, x: torch.Tensor) -> torch.Tensor:
     """What ``model.forward`` (fgx.models.gcn / sage) computes, for every client at once with its own
-    parameters (``P``: name -> [C, ...]); ``drop(h)`` is each client's dropout."""
+    parameters (``P``: name -> [C, ...]) on the padded features ``x`` (``blk.features()``); ``drop(h)`` is each
+    client's dropout."""
     from fgx.models import sparse
     from fgx.models.sage import SAGE
 
-    h = blk.x
+    h = x
     N = blk.C * blk.n
     sage = isinstance(model, SAGE)
     adj = sparse.mean_adjacency(blk.edge_index, N) if sage else sparse.gcn_adjacency(blk.edge_index, N)
@@ -339,13 +363,14 @@ def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, obj
     n_train = [r.numel() for r in blk.train_rows]
     client_of = torch.repeat_interleave(torch.arange(blk.C), torch.tensor(n_train))
     full = loss_coefficients(blk, blk.train_rows, weights)
+    x = blk.features()
     totals = torch.zeros(blk.C, dtype=torch.float64)
     ce_totals = torch.zeros(blk.C, dtype=torch.float64)
     for step in range(int(steps.max())):
         active = steps > step
         drop.active = active.nonzero().view(-1).tolist()
         if p.batch_size is not None and any(p.batch_size < k for k in n_train):
-            rows = [blk.train_rows[i][torch.randperm(k, generator=batch_gens[i])[:p.batch_size].to(blk.x.device)]
+            rows = [blk.train_rows[i][torch.randperm(k, generator=batch_gens[i])[:p.batch_size].to(blk.device)]
                     if active[i] and p.batch_size < k else blk.train_rows[i] for i, k in enumerate(n_train)]
             rows_all, coef = loss_coefficients(blk, rows, weights)
             owner = torch.repeat_interleave(torch.arange(blk.C), torch.tensor([r.numel() for r in rows]))
@@ -353,7 +378,7 @@ def train_group(blk: Block, sts: list, seeds: list[int], p, round_seed: int, obj
             (rows_all, coef), owner = full, client_of
         coef = coef * active[owner].to(coef.dtype).to(coef.device)
         P = opt.views()
-        out = forward(model, P, blk, drop)
+        out = forward(model, P, blk, drop, x)
         ce = nn.functional.cross_entropy(out[rows_all], blk.y[rows_all], reduction="none")
         per_client = per_client_ce = torch.zeros(blk.C, device=ce.device).index_add(0, owner.to(ce.device), coef * ce)
         term = objective.batched_term(P)     # [C]: the method's term of each client (None: none)

@@ -139,24 +139,28 @@ def auto_tau(hhat: float) -> float:
 _CACHE: dict[int, dict] = {}
 
 
-def client_bases(view, p: UniFilterParams) -> dict:
-    """Bases of one client's graph, computed once and cached on the view: {"features" [n, K+1, F]
-    (float32), "hom", "het" (lists, float64), "hhat", "tau"}."""
+def client_bases(view, p: UniFilterParams, with_bases: bool = False) -> dict:
+    """The model's input of one client's graph, computed once and cached on the view: {"features"
+    [n, K+1, F] (float32), "hhat", "tau"}. ``with_bases``: also "hom" and "het" (lists of K [n, F],
+    float64), returned but never cached: their one reader, FedGSP's descriptors, reads them once in
+    setup, and kept for the run they were 56 % of FedGSP's peak at 100k nodes (issue 69; computed again
+    when asked again, the same values)."""
     key = (p.K, p.tau, p.variant, p.homophily_estimate)
     cached = _CACHE.get(id(view))
     if cached is None:
         cached = _CACHE[id(view)] = {}
         weakref.finalize(view, _CACHE.pop, id(view), None)
-    if key in cached:
+    if key in cached and not with_bases:
         return cached[key]
     hhat = estimate_homophily(view, p.homophily_estimate)
     tau = auto_tau(hhat) if p.tau is None else p.tau
     lp = propagation_matrix(view.edge_index.cpu(), view.num_nodes)
     hom, het, mixed = unifilter_bases(view.x.cpu(), lp, p.K, hhat, tau, p.variant)
-    out = {"features": torch.stack(mixed, 1).float().to(view.x.device), "hom": hom, "het": het[1:],
-           "hhat": hhat, "tau": tau}
-    cached[key] = out
-    return out
+    del lp
+    features = torch.stack(mixed, 1).float().to(view.x.device)
+    del mixed
+    out = cached.setdefault(key, {"features": features, "hhat": hhat, "tau": tau})
+    return {**out, "hom": hom, "het": het[1:]} if with_bases else out
 
 
 class UniFilter(LayerwiseModel):

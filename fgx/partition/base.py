@@ -7,6 +7,7 @@ statistics. Halo nodes appear with zero features and label -1: a client never ho
 node's raw features or labels."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 from typing import Any
@@ -64,7 +65,7 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
         n_own, n_loc = nodes.numel(), nodes.numel() + halo.numel()
 
         cd = Data(num_nodes=n_loc)
-        x = torch.zeros((n_loc,) + tuple(data.x.shape[1:]), dtype=data.x.dtype)
+        x = zeros_on_demand((n_loc,) + tuple(data.x.shape[1:]), data.x.dtype)
         x[:n_own] = data.x[nodes]
         cd.x = x
         if getattr(data, "y", None) is not None and data.y.numel() == n:
@@ -96,6 +97,27 @@ def build_clients(data, info: DatasetInfo, client_nodes: list[torch.Tensor]) -> 
         c.stats = client_stats(c, info, undirected)
         clients.append(c)
     return clients
+
+
+# below this many bytes a tensor is plain torch.zeros (a mapping of its own would cost more than it saves)
+ON_DEMAND_MIN_BYTES = 1 << 16
+
+
+def zeros_on_demand(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """``torch.zeros(shape, dtype=dtype)`` whose pages take memory only once written: fresh anonymous
+    pages (mmap), which the kernel backs with its shared zero page until a write. A client's halo rows
+    are zeros that a method without cross-client edges (FedAvg's views) never writes, and a random
+    graph's halo is several times the owned nodes: torch.zeros writes every byte (a memset), so those
+    rows were resident, 575 MB of FedAvg's 2.9 GB heap peak at 1M nodes x 10 METIS clients (issue 69,
+    scripts/profile_memory.py). Reads see zeros either way; a method that writes halo rows pays for the
+    pages it writes, as before."""
+    import mmap
+
+    nbytes = torch.empty((), dtype=dtype).element_size() * math.prod(shape)
+    if nbytes < ON_DEMAND_MIN_BYTES:
+        return torch.zeros(shape, dtype=dtype)
+    # torch.frombuffer keeps the mapping alive as long as the tensor; its memory is unmapped with it
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=dtype).view(shape)
 
 
 def _edges_by_node(end: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -483,7 +483,8 @@ class CEFedGNN(Algorithm):
         p, ex, rseed = self.params, self.ctx.executor, round_seed(self.ctx.seed, r)
         if isinstance(ex, BatchedExecutor) and ce_fedgnn_batched.refusal(self.clients, p) is None:
             return ce_fedgnn_batched.local_rounds(self.clients, p, gw, gG, rseed, self.share, r == 1,
-                                                  ex.client_seeds(self.clients), ex.params.group_nodes)
+                                                  ex.client_seeds(self.clients), ex.params.group_nodes,
+                                                  ce_fedgnn_batched.Loop(local_round, _upload, ma_rows))
         return ex.map(local_round, self.clients, p, gw, gG, rseed, self.share, r == 1)
 
     def attribute_inference(self) -> dict:

@@ -17,12 +17,16 @@ Messages are untouched: each client's update, G and boundary embeddings still le
 ``ce_fedgnn._upload`` and go up the channel one client at a time."""
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import NamedTuple
+
 import torch
 from torch import nn
 
 from fgx.models import sparse
 from fgx.progress import tick
 from fgx.tasks import targets
+
 
 def refusal(clients: list, p) -> str | None:
     """Why these clients' local rounds cannot run batched (None: they can)."""
@@ -66,7 +70,7 @@ class _Union:
     """One step's samples of a group of clients stacked block-diagonally: client c's sampled rows follow
     client c-1's, its owned and halo nodes index the group's stacked estimators and halo embeddings."""
 
-    def __init__(self, cs: list, samples: list, st: "_Stacked", L: int, raw_layer0: bool):
+    def __init__(self, cs: list, samples: list, st: _Stacked, L: int, raw_layer0: bool):
         dev = st.dev
         self.rows = [s.nodes.numel() for s in samples]
         self.seed_rows = [s.num_seed_nodes for s in samples]
@@ -107,21 +111,27 @@ class _Stacked:
         self.own_bounds = [0] + torch.cumsum(self.n_own, 0).tolist()
 
 
+class Loop(NamedTuple):
+    """The per-client loop's pieces the grouped steps reuse. ce_fedgnn passes them (it imports this module,
+    so this module importing it back would make an import circle)."""
+    local_round: Callable     # ce_fedgnn.local_round
+    upload: Callable          # ce_fedgnn._upload
+    ma_rows: Callable         # ce_fedgnn.ma_rows (Eq. 5's rows)
+
+
 def local_rounds(clients: list, p, global_state: dict, global_G: dict | None, rseed: int, share: list,
-                 first_round: bool, seeds: list[int], group_nodes: int) -> list:
+                 first_round: bool, seeds: list[int], group_nodes: int, loop: Loop) -> list:
     """``ce_fedgnn.local_round`` of every client (``seeds``: executor=local's seed of each), in order, in
     groups of consecutive clients with at most ``group_nodes`` owned nodes (one larger client: a group of
     its own). A group's union stays small enough to keep its activations in cache; one huge union is
     slower than the loop (memory-bound elementwise passes)."""
-    from fgx.algorithms.ce_fedgnn import local_round
-
     out: list = [None] * len(clients)
     active = []
     for i, c in enumerate(clients):
         if targets(c.view, c.task, "train")[0].any():
             active.append(i)
         else:                                 # nothing to train: its loop returns at once, drawing nothing
-            out[i] = local_round(c, p, global_state, global_G, rseed, share, first_round)
+            out[i] = loop.local_round(c, p, global_state, global_G, rseed, share, first_round)
     groups, size = [], group_nodes + 1
     for i in active:
         if size + clients[i].n_own > group_nodes:
@@ -131,15 +141,13 @@ def local_rounds(clients: list, p, global_state: dict, global_G: dict | None, rs
         size += clients[i].n_own
     for g in groups:
         for i, res in zip(g, _group_round([clients[i] for i in g], p, global_state, global_G, rseed, share,
-                                          first_round, [seeds[i] for i in g])):
+                                          first_round, [seeds[i] for i in g], loop)):
             out[i] = res
     return out
 
 
 def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: int, share: list,
-                 first_round: bool, seeds: list[int]) -> list:
-    from fgx.algorithms.ce_fedgnn import _upload
-
+                 first_round: bool, seeds: list[int], loop: Loop) -> list:
     model0 = cs[0].model
     L, dev = model0.num_layers, cs[0].view.x.device
     gens, train_ids = [], []
@@ -186,7 +194,7 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
             b = f"convs.{i}.bias"
             if b in params[0]:
                 out = torch.cat([piece + ps[b] for piece, ps in zip(out.split(u.rows), params)])
-            used = _moving_average(p, hbar, init, updated, i, out[u.own_pos], u.upd[i], u.own_ids)
+            used = _moving_average(p, loop, hbar, init, updated, i, out[u.own_pos], u.upd[i], u.own_ids)
             h_own = model0.activate(i, used)
             layer = i + 1
             if layer in remote:
@@ -212,7 +220,7 @@ def _group_round(cs: list, p, global_state: dict, global_G: dict | None, rseed: 
         c.hbar = [hb[a:b].clone() for hb in hbar]
         c.hbar_init = [m[a:b].clone() for m in init]
         c.updated = [m[a:b].clone() for m in updated]
-    return [_upload(c, global_state, share) + (sum(ls) / len(ls),) for c, ls in zip(cs, losses)]
+    return [loop.upload(c, global_state, share) + (sum(ls) / len(ls),) for c, ls in zip(cs, losses)]
 
 
 def _stack_estimators(cs: list, dims: list[int], dev) -> tuple[list, list]:
@@ -226,13 +234,12 @@ def _stack_estimators(cs: list, dims: list[int], dev) -> tuple[list, list]:
     return hbar, init
 
 
-def _moving_average(p, hbar: list, init: list, updated: list, i: int, fresh: torch.Tensor, upd: torch.Tensor,
+def _moving_average(p, loop: Loop, hbar: list, init: list, updated: list, i: int, fresh: torch.Tensor,
+                    upd: torch.Tensor,
                     ids: torch.Tensor) -> torch.Tensor:
     """ce_fedgnn._ma over the union (ce_fedgnn.ma_rows on rows ``ids`` of the stacked estimators). In
     place: ``hbar[i][ids]`` is a copy (advanced indexing), so no step's autograd graph holds ``hbar[i]``."""
-    from fgx.algorithms.ce_fedgnn import ma_rows
-
-    new, used = ma_rows(p, fresh, hbar[i][ids], init[i][ids], upd)
+    new, used = loop.ma_rows(p, fresh, hbar[i][ids], init[i][ids], upd)
     hbar[i][ids] = new
     init[i][ids[upd]] = True
     updated[i][ids[upd]] = True

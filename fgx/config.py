@@ -208,7 +208,7 @@ class TopParams:
     data_dir: str | None = None
     main_metric: str | None = None
     metrics: list[str] | None = field(default=None, metadata=spec(
-        choices=["accuracy", "f1_macro", "f1_minority", "roc_auc"],
+        choices=["accuracy", "f1_macro", "f1_minority", "roc_auc", "pr_auc"],
         help="classification metrics computed at evaluations; null: all (main_metric is always computed)"))
     resume: bool = False
     output: OutputParams = field(default_factory=OutputParams)

@@ -4,7 +4,9 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-CLASSIFICATION = ("accuracy", "f1_macro", "f1_minority", "roc_auc")
+CLASSIFICATION = ("accuracy", "f1_macro", "f1_minority", "roc_auc", "pr_auc")
+# metrics of the minority class that a multi-class task computes only when asked for by name
+MINORITY_ONLY = ("f1_minority", "pr_auc")
 
 
 
@@ -49,6 +51,7 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
         "f1_macro": float(f1.mean()) if int((support > 0).sum()) >= 2 else nan,
         "f1_minority": float(f1[minority]) if support[minority] > 0 else nan,
         "roc_auc": _roc_auc_ovr(scores, y, k),
+        "pr_auc": float(_grouped_average_precision(scores, y, torch.zeros_like(y), 1, minority)[0]),
     }
     return out
 
@@ -104,7 +107,7 @@ def metric_names(requested, num_classes: int, main_metric: str | None = None) ->
     """The classification metrics an evaluation computes: ``requested`` (null: all), with the main
     metric always in, and f1_minority only on a binary task (on more classes "the minority class" is
     one of several rare ones) unless asked for by name."""
-    names = list(requested or [m for m in CLASSIFICATION if num_classes == 2 or m != "f1_minority"])
+    names = list(requested or [m for m in CLASSIFICATION if num_classes == 2 or m not in MINORITY_ONLY])
     if main_metric in CLASSIFICATION and main_metric not in names:
         names.append(main_metric)          # the metric that picks the best round is always computed
     return tuple(m for m in CLASSIFICATION if m in names)
@@ -133,6 +136,7 @@ def grouped_classification_metrics(scores: torch.Tensor, labels: torch.Tensor, g
     # scores 1 on that class and 0 on the others), a class's F1 on a group without that class's items
     one_class = (support > 0).sum(1) < 2
     auc = _grouped_roc_auc_ovr(scores, y, g, G, k) if "roc_auc" in names else None
+    ap = _grouped_average_precision(scores, y, g, G, minority) if "pr_auc" in names else None
     nan = float("nan")
     out = []
     for i in range(G):
@@ -141,7 +145,8 @@ def grouped_classification_metrics(scores: torch.Tensor, labels: torch.Tensor, g
             continue
         row = {"accuracy": float(correct[i] / n[i]), "f1_macro": nan if one_class[i] else float(f1[i].mean()),
                "f1_minority": float(f1[i, minority]) if support[i, minority] > 0 else nan,
-               "roc_auc": float(auc[i]) if auc is not None else None}
+               "roc_auc": float(auc[i]) if auc is not None else None,
+               "pr_auc": float(ap[i]) if ap is not None else None}
         out.append({m: row[m] for m in names})
     return out
 
@@ -182,6 +187,38 @@ def _grouped_roc_auc_ovr(scores: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
     for row in auc[1:]:          # left to right, as the per-client sum, so values match to the last bit
         total = total + row
     return torch.where(bad, nan, total / c)
+
+
+def _grouped_average_precision(scores: torch.Tensor, y: torch.Tensor, g: torch.Tensor, G: int,
+                               positive: int) -> torch.Tensor:
+    """PR-AUC per group: the average precision of class ``positive`` (the minority class) scored by its
+    softmax probability, sklearn's average_precision_score: sum over distinct thresholds, from the
+    highest score down, of (recall gained) x (precision there); tied scores form one threshold. nan for
+    a group without a positive item (recall is undefined). One stable sort over all groups."""
+    nan = torch.full((G,), float("nan"), dtype=torch.double)
+    if y.numel() == 0:
+        return nan
+    s = torch.softmax(scores.double(), -1)[:, positive]
+    pos = (y == positive).double()
+    order = torch.argsort(-s, stable=True)
+    order = order[torch.argsort(g[order], stable=True)]                # by group, then score descending
+    gs, ss, ps = g[order], s[order], pos[order]
+    last = torch.ones_like(gs, dtype=torch.bool)                       # last item of a (group, score) run
+    last[:-1] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])
+    size = torch.bincount(gs, minlength=G).double()
+    start = torch.cumsum(size, 0) - size
+    seen = torch.arange(1, gs.numel() + 1, dtype=torch.double) - start[gs]     # items ranked so far in the group
+    tp_all = torch.cumsum(ps, 0)
+    tp_before = torch.zeros(G, dtype=torch.double)
+    tp_before[1:] = torch.cumsum(torch.bincount(gs, weights=ps, minlength=G), 0)[:-1]
+    tp = tp_all - tp_before[gs]                                        # true positives so far in the group
+    run = torch.cumsum(torch.cat([torch.ones(1, dtype=torch.bool), last[:-1]]).long(), 0) - 1
+    run_pos = torch.bincount(run, weights=ps)                          # positives of each tie run
+    ends = last.nonzero().squeeze(1)
+    contrib = run_pos * tp[ends] / seen[ends]                          # positives gained x precision there
+    n_pos = torch.bincount(gs, weights=ps, minlength=G)
+    ap = torch.bincount(gs[ends], weights=contrib, minlength=G) / n_pos
+    return torch.where(n_pos > 0, ap, nan)
 
 
 # Every run draws its bootstrap resamples from this one stream over its distinct test items (sorted by id):

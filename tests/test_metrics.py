@@ -1,9 +1,15 @@
 import numpy as np
 import pytest
 import torch
-from sklearn.metrics import f1_score, roc_auc_score
+from sklearn.metrics import average_precision_score, f1_score, roc_auc_score
 
-from fgx.metrics import classification_metrics, mean_over_clients, minority_class
+from fgx.metrics import (
+    classification_metrics,
+    grouped_classification_metrics,
+    mean_over_clients,
+    metric_names,
+    minority_class,
+)
 
 
 @pytest.mark.parametrize("k,n,seed", [(2, 200, 0), (2, 57, 1), (5, 300, 2), (7, 1000, 3)])
@@ -21,6 +27,41 @@ def test_metrics_equal_sklearn(k, n, seed):
     prob = torch.softmax(scores.double(), -1).numpy()
     ref = roc_auc_score(y, prob[:, 1]) if k == 2 else roc_auc_score(y, prob, multi_class="ovr", labels=list(range(k)))
     assert m["roc_auc"] == pytest.approx(ref, abs=1e-9)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("seed", range(6))
+def test_pr_auc_equals_sklearns_average_precision_per_client(dtype, seed):
+    """PR-AUC of the minority class, each group on its own, equals sklearn's average_precision_score on the
+    same softmax probabilities: ties (rounded scores) form one threshold; a group without a positive is nan."""
+    g = torch.Generator().manual_seed(seed)
+    n, G, minority = 400, 4, 1
+    y = (torch.rand(n, generator=g) < 0.1).long()
+    group = torch.randint(0, G, (n,), generator=g)
+    y[group == 3] = 0                                   # a client without laundering: undefined
+    scores = (torch.randn(n, 2, generator=g) + torch.nn.functional.one_hot(y, 2) * 0.7).to(dtype)
+    if seed % 2:
+        scores = torch.round(scores * 2) / 2            # many tied scores
+    rows = grouped_classification_metrics(scores, y, group, G, 2, minority)
+    prob = torch.softmax(scores.float().double(), -1)[:, minority].numpy()
+    for i in range(G):
+        m = (group == i).numpy()
+        if i == 3:
+            assert np.isnan(rows[i]["pr_auc"])
+            continue
+        assert rows[i]["pr_auc"] == pytest.approx(average_precision_score(y.numpy()[m], prob[m]), abs=1e-12)
+    whole = classification_metrics(scores, y, 2, minority)
+    assert whole["pr_auc"] == pytest.approx(average_precision_score(y.numpy(), prob), abs=1e-12)
+
+
+def test_pr_auc_by_hand_and_only_for_binary_tasks_by_default():
+    # scores 0.9 (+), 0.8 (-), 0.7 (+), 0.1 (-): precision 1 at recall 1/2, 2/3 at recall 1 -> AP = 5/6
+    p = torch.tensor([0.9, 0.8, 0.7, 0.1])
+    logits = torch.stack([torch.zeros(4), torch.log(p / (1 - p))], 1)
+    y = torch.tensor([1, 0, 1, 0])
+    assert grouped_classification_metrics(logits, y, torch.zeros(4), 1, 2, 1)[0]["pr_auc"] == pytest.approx(5 / 6)
+    assert "pr_auc" in metric_names(None, 2) and "pr_auc" not in metric_names(None, 5)
+    assert "pr_auc" in metric_names(["pr_auc"], 5)
 
 
 def test_undefined_metrics_are_nan_and_skipped_in_means():
@@ -69,10 +110,10 @@ def test_a_one_class_client_has_no_f1_and_the_mean_says_it_skipped_it():
     scores = torch.nn.functional.one_hot(y, 2).float()
     pc = grouped_classification_metrics(scores, y, group, 3, 2, minority=1)
     assert pc[0]["accuracy"] == 1.0
-    assert all(np.isnan(pc[0][m]) for m in ("f1_macro", "f1_minority", "roc_auc"))
+    assert all(np.isnan(pc[0][m]) for m in ("f1_macro", "f1_minority", "roc_auc", "pr_auc"))
     assert pc[1]["f1_macro"] == 1.0 and pc[1]["f1_minority"] == 1.0
     assert mean_over_clients(pc)["f1_macro"] == 1.0 and mean_over_clients(pc)["accuracy"] == 1.0
-    assert clients_skipped(pc) == {"f1_macro": 1, "f1_minority": 1, "roc_auc": 1}
+    assert clients_skipped(pc) == {"f1_macro": 1, "f1_minority": 1, "roc_auc": 1, "pr_auc": 1}
     # a one-class client of the minority class: its minority F1 is defined, macro F1 is not
     only_minority = classification_metrics(torch.tensor([[0.0, 1.0]]), torch.tensor([1]), 2, 1)
     assert only_minority["f1_minority"] == 1.0 and np.isnan(only_minority["f1_macro"])

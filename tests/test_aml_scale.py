@@ -85,3 +85,48 @@ def test_ce_fedgnn_sampled_training_updates_only_the_seed_edges_in_the_last_laye
             "rounds=1", "output.checkpoint=false")
     assert sorted(seen) == [0, 1] and len(seen[1]) == len(seen[0]) > 0
     assert max(seen[1]) <= 16 and all(last < first for first, last in zip(seen[0], seen[1]))
+
+
+@pytest.mark.parametrize("name,build", BUILDERS)
+def test_scoring_only_the_seed_edges_gives_them_the_whole_forward_pass_logits(name, build):
+    """``forward(scored_edges=k)`` in training mode: the seeds' logits equal the untrimmed pass's (the node
+    updates and their batch statistics still see every edge); a model that is not trim_exact ignores it."""
+    d, info, smp = _sample()
+    torch.manual_seed(0)
+    m = build(info).train()
+    for mod in m.modules():                      # dropout off: both passes must draw nothing
+        if isinstance(mod, torch.nn.Dropout):
+            mod.p = 0.0
+    m.p.dropout = m.p.final_dropout = 0.0
+    sub = sample_view(d, smp)
+    k = smp.num_seed_edges
+    trimmed, full = m(sub, scored_edges=k), m(sub)
+    assert trimmed.size(0) == (k if m.trim_exact else smp.edge_ids.numel())
+    assert torch.allclose(trimmed[:k], full[:k], atol=1e-5)
+
+
+def test_fedavg_sampled_training_scores_only_the_seed_edges(run_fgx, monkeypatch):
+    """FedAvg's (every local-training method's) sampled edge-task step: the last layer's edge update and
+    the readout see the batch's seed edges only, earlier layers the whole sample."""
+    from fgx.models.gine import EdgeGNN
+
+    seen: dict[int, list[int]] = {}
+    heads: list[int] = []
+    real, real_head = EdgeGNN.layer_edges, EdgeGNN.head
+
+    def layer_edges(self, i, h, e, edge_index):
+        if self.training:
+            seen.setdefault(i, []).append(edge_index.size(1))
+        return real(self, i, h, e, edge_index)
+
+    def head(self, h, e, edge_index, view):
+        if self.training:
+            heads.append(edge_index.size(1))
+        return real_head(self, h, e, edge_index, view)
+    monkeypatch.setattr(EdgeGNN, "layer_edges", layer_edges)
+    monkeypatch.setattr(EdgeGNN, "head", head)
+    run_fgx("algorithm=fedavg", "dataset=aml_tiny", "dataset.scale=0.25", "partitioner.num_clients=2",
+            "model.hidden=8", "algorithm.local_steps=3", "algorithm.batch_size=16", "algorithm.fanouts=[3,3]",
+            "rounds=1", "output.checkpoint=false")
+    assert sorted(seen) == [0, 1] and len(seen[1]) == len(seen[0]) == len(heads) > 0
+    assert max(seen[1]) <= 16 and max(heads) <= 16 and all(last < first for first, last in zip(seen[0], seen[1]))

@@ -241,7 +241,10 @@ def sampled_forward(state: ClientState, seeds: torch.Tensor, fanouts: list[int],
     if state.task == "edge":
         sample = state.sampler.sample_edges(seeds.cpu(), generator)
         sub = sample_view(view, sample).to(view.x.device)
-        return state.model(sub)[: sample.num_seed_edges], sub.edge_y[: sample.num_seed_edges]
+        k = sample.num_seed_edges
+        if getattr(state.model, "trim_exact", False):     # the readout scores the seeds only (LayerwiseModel.forward)
+            return state.model(sub, scored_edges=k)[:k], sub.edge_y[:k]
+        return state.model(sub)[:k], sub.edge_y[:k]
     sample = state.sampler.sample_nodes(seeds.cpu(), generator)
     sub = sample_view(view, sample).to(view.x.device)
     return state.model(sub)[: sample.num_seed_nodes], sub.y[: sample.num_seed_nodes]

@@ -43,17 +43,26 @@ class LayerwiseModel(nn.Module):
     # models (GraphSAGE's mean, GIN's sum): fgx.inference then runs a layer in chunks of destination nodes
     in_edge_local: bool = False
 
-    def forward(self, view) -> torch.Tensor:
+    def forward(self, view, scored_edges: int | None = None) -> torch.Tensor:
+        """``scored_edges`` (a trim_exact model on a hop-ordered sample): only the first ``scored_edges``
+        edges (the seeds) are scored, so the last layer updates and the readout reads those edges only —
+        the seeds' logits are those of the whole forward pass (in training too: the node updates, and
+        their batch statistics, still cover every edge); the others are not returned."""
         s = self.encode(view)
         h, e = s["h"], s["e"]
         ei = view.edge_index
         ends = getattr(view, "edge_hop_end", None) if self.trim_exact and not self.training else None
+        out = scored_edges if self.trim_exact else None
         L = self.num_layers
         for i in range(L):
             if ends:    # evaluation on a sampled subgraph: outputs for the edges picked at hops <= 1 only
                 n = ends[min(L - i, len(ends) - 1)]
                 ei, e = ei[:, :n], (e[:n] if e is not None else None)
-            pre, e = self.layer(i, h, e, ei)
+            if out is not None and i == L - 1:
+                pre, e = self.layer(i, h, e, ei, edge_out=out)
+                ei = ei[:, :out]
+            else:
+                pre, e = self.layer(i, h, e, ei)
             h = self.activate(i, pre)
         return self.head(h, e, ei, view)
 

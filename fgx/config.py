@@ -208,8 +208,9 @@ class TopParams:
     data_dir: str | None = None
     main_metric: str | None = None
     metrics: list[str] | None = field(default=None, metadata=spec(
-        choices=["accuracy", "f1_macro", "f1_minority", "roc_auc"],
-        help="classification metrics computed at evaluations; null: all (main_metric is always computed)"))
+        choices=["accuracy", "f1_macro", "f1_minority", "roc_auc", "pr_auc"],
+        help="classification metrics computed at evaluations; null: all (f1_minority and pr_auc on binary tasks "
+             "only; main_metric is always computed)"))
     resume: bool = False
     output: OutputParams = field(default_factory=OutputParams)
     eval: EvalParams = field(default_factory=EvalParams)

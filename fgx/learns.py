@@ -6,6 +6,7 @@ split, mean over clients) against what a model that learned nothing scores, by a
 | accuracy | the test split's majority-class rate (`data.test_majority_rate`) | accuracy > baseline + 0.05 |
 | roc_auc | 0.5 (a constant score) | ROC-AUC > 0.55 |
 | f1_minority | flagging every item: F1 = 2p / (1 + p), p the minority rate | F1 > baseline + 0.05 |
+| pr_auc | a constant score: average precision = p, the minority rate | PR-AUC > baseline + 0.05 |
 | ndcg@20 | a random ranking (about 0.01 on MovieLens-100K) | NDCG@20 > 0.05 |
 | mse | predicting the training targets' mean (`data.test_mean_mse`) | MSE < 0.95 x baseline |
 
@@ -33,6 +34,10 @@ def baseline(summary: dict) -> tuple[str, float | None, float | None, bool]:
         p = 1.0 - maj
         b = 2 * p / (1 + p)
         return metric, b, b + MARGIN, True
+    if metric == "pr_auc":       # binary: the minority rate is what the majority leaves
+        maj = data.get("test_majority_rate")
+        b = None if maj is None else 1.0 - maj
+        return metric, b, None if b is None else b + MARGIN, True
     if metric and metric.startswith("ndcg"):
         return metric, None, NDCG_FLOOR, True
     if metric == "mse":

@@ -24,7 +24,7 @@ KINDS = {
 
 # what a reader calls a metric or a config key (axes, titles, legends); anything else: its last part, spaced
 METRIC_NAMES = {"accuracy": "accuracy", "f1_minority": "minority-class F1", "f1_macro": "macro F1",
-                "roc_auc": "ROC-AUC", "mse": "MSE", "loss": "loss"}
+                "roc_auc": "ROC-AUC", "pr_auc": "PR-AUC", "mse": "MSE", "loss": "loss"}
 KEY_NAMES = {"algorithm": "method", "method": "method", "unlearning.requests.type": "request type",
              "partitioner.num_clients": "clients", "partitioner": "partition", "dataset": "dataset", "model": "model",
              "privacy": "privacy", "rounds": "rounds", "algorithm.local_steps": "local steps"}

@@ -392,6 +392,10 @@ def _print_summary(summary: dict) -> None:
         row = [k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}"]
         t.add_row(*row, *([f"{n - skipped[k]} of {n}" if k in skipped and n else str(n)] if skipped else []))
     console.print(t)
+    from fgx.reference import describe
+
+    if (reading := describe(summary)) is not None:      # the score beside what it means (fgx/reference.py)
+        console.print(reading, highlight=False)
     if skipped:
         console.print("clients: the mean leaves out clients whose value is undefined (a test split of one class "
                       "for macro F1 and ROC-AUC, none of the minority class for its F1, or no test item)")

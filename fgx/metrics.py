@@ -61,6 +61,16 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
     return out
 
 
+def minority_counts(scores: torch.Tensor, labels: torch.Tensor, minority: int) -> dict[str, int]:
+    """How many items the model flags (predicts the minority class for), how many of those are of that
+    class, how many are, and how many items there are: the counts behind the minority F1
+    (F1 = 2 true_positives / (predicted + actual))."""
+    flagged = scores.detach().argmax(-1).cpu() == minority
+    actual = labels.cpu() == minority
+    tn, fp, fn, tp = torch.bincount(actual.long() * 2 + flagged.long(), minlength=4).tolist()
+    return {"predicted": fp + tp, "true_positives": tp, "actual": fn + tp, "items": tn + fp + fn + tp}
+
+
 def average_precision(score: torch.Tensor, positive: torch.Tensor) -> float:
     """Average precision of ``positive`` items ranked by ``score`` (nan without a positive item): the
     grouped computation with one group, so a client's value is the same to the last bit either way."""

@@ -156,6 +156,18 @@ class _Box:
         return cls._cache[tp]
 
 
+def conf_dir() -> Path:
+    """fgx's conf/ directory (FGX_CONF_DIR, else the one beside the package)."""
+    env = os.environ.get("FGX_CONF_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "conf", here / "conf"):
+        if (cand / "config.yaml").exists():
+            return cand
+    raise SystemExit("fgx: cannot find the conf/ directory (set FGX_CONF_DIR or install fgx with `pip install -e .`)")
+
+
 def default_data_dir() -> str:
     env = os.environ.get("FGX_DATA_DIR")
     if env:

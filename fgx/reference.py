@@ -14,7 +14,7 @@ For a binary edge or node task whose main metric is f1_minority (the AML runs), 
   the test split, every client's items pooled (``fgx.metrics.minority_counts``).
 
 Other runs get no block. Nothing here may stop a finished run: an unreadable ceiling file is logged and
-its value left null."""
+its value left null. fgx/report/reading.py prints the block."""
 from __future__ import annotations
 
 import json
@@ -34,7 +34,7 @@ def applies(task: str, num_classes: int, main_metric: str | None) -> bool:
 def reference(summary: dict, positives: dict, conf: Path | None = None, results: Path | None = None) -> dict:
     """The ``reference`` block for a finished run's summary (its ``data``, ``components``, ``presets``)
     and its pooled test ``positives``."""
-    from fgx.launch import conf_dir
+    from fgx.config import conf_dir
     from fgx.tables.records import results_dir
 
     conf = conf or conf_dir()
@@ -116,35 +116,3 @@ def ceiling(data: dict, path: Path) -> dict:
     best = max(found, key=lambda r: r["test"]["f1_minority"])       # the ceiling: the best model recorded
     return {"value": float(best["test"]["f1_minority"]), "test": best["test"], "val": best.get("val"),
             **{k: best.get(k) for k in ("model", "setting", "steps", "wall_s", "command", "commit")}}
-
-
-def _num(x) -> str:
-    return f"{x:,}" if isinstance(x, int) else f"{x:.4g}"
-
-
-def describe(summary: dict) -> str | None:
-    """The one- or two-line reading of a summary with a ``reference`` block (None without one)."""
-    ref = summary.get("reference")
-    if not ref:
-        return None
-    final = summary.get("final") or {}
-    triv, paper, ceil, pos = ref["trivial"], ref["paper"], ref["ceiling"], ref["positives"]
-    f1 = final.get("f1_minority")
-    parts = [f"flag nothing 0, flag all {triv['f1_minority']['flag_all']:.3g}"]
-    if ceil.get("value") is not None:
-        steps = f" at {ceil['steps']:,} steps" if isinstance(ceil.get("steps"), int) else ""
-        parts.append(f"centralised ceiling {ceil['value']:.4f}{steps}")
-    elif ceil["reason"].startswith("not recorded"):
-        parts.append("centralised ceiling not recorded")       # summary.json's reason says for which data
-    elif ceil["reason"] != "not an AML dataset":
-        parts.append(f"no centralised ceiling: {ceil['reason']}")
-    if paper.get("value") is not None:
-        parts.append(f"paper {paper['row']} {paper['value']:.4f} on real {paper['column']}")
-    found = "laundering" if str((summary.get("data") or {}).get("name", "")).startswith("aml") else "positives"
-    line = (f"test f1_minority {'-' if f1 is None else format(f1, '.4f')} ({'; '.join(parts)}) — flagged "
-            f"{_num(pos['predicted'])} of {_num(pos['items'])}, {_num(pos['true_positives'])} of "
-            f"{_num(pos['actual'])} {found} found")
-    ap = final.get("pr_auc")
-    if ap is not None:
-        line += f"\ntest PR-AUC {ap:.4f} (a constant score: {triv['pr_auc']:.3g})"
-    return line

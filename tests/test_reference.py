@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fgx.reference import CEILING_FILE, PAPER_FILE, ceiling, describe, paper_figure
+from fgx.reference import CEILING_FILE, PAPER_FILE, ceiling, paper_figure
+from fgx.report.reading import describe
 
 REPO = Path(__file__).resolve().parents[1]
 SPEC = REPO.parent / "shared" / "specs" / "ce_fedgnn.md"

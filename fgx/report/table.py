@@ -131,7 +131,7 @@ def problems_text(rep: Report) -> str:
 def readings(rep: Report) -> str:
     """Each completed run's score beside what it means (summary.json's ``reference``; fgx/reference.py):
     the runs of a binary detection task (AML) only; empty when there are none."""
-    from fgx.reference import describe
+    from fgx.report.reading import describe
 
     lines = []
     for r in rep.runs:

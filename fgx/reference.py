@@ -74,8 +74,9 @@ def paper_figure(summary: dict, path: Path) -> dict:
     row = next((r for r in rows if method in r["methods"] and r["model"] == model), None)
     if row is None:
         return {"value": None, "reason": f"the paper has no row for algorithm {method} with model {model}"}
+    same = "the data this run read" if data.get("source") == "real" else "not fgx's generated data"
     return {"value": float(row[preset]), "row": row["row"], "column": columns[preset], "source": table["source"],
-            "data": f"{table['data']} ({columns[preset]}), not fgx's generated data"}
+            "data": f"{table['data']} ({columns[preset]}), {same}"}
 
 
 def _record_problem(rec) -> str | None:
@@ -98,7 +99,7 @@ def ceiling(data: dict, path: Path) -> dict:
     want = {"preset": data.get("preset"), "scale": data.get("scale"), "data_seed": data.get("data_seed")}
     where = f"preset {want['preset']}, scale {want['scale']}, data_seed {want['data_seed']}"
     if not path.exists():
-        return {"value": None, "reason": f"not recorded ({where}; no {CEILING_FILE.as_posix()})"}
+        return {"value": None, "reason": f"not recorded ({where}; no results/{CEILING_FILE.as_posix()})"}
     try:
         records = json.loads(path.read_text())["records"]
         if not isinstance(records, list):

@@ -106,7 +106,7 @@ AML = {"name": "aml_hi_small", "source": "generated", "preset": "hi_small", "sca
 def test_ceiling_lookup_matches_preset_scale_and_seed_or_says_why_not(tmp_path, caplog):
     path = tmp_path / "ceiling.json"
     assert ceiling(AML, path) == {"value": None, "reason": "not recorded (preset hi_small, scale 1.0, data_seed 0; "
-                                                            "no benchmarks/aml_ceiling/ceiling.json)"}
+                                                            "no results/benchmarks/aml_ceiling/ceiling.json)"}
     rec = {**RECORD, "preset": "hi_small", "scale": 1.0}
     path.write_text(json.dumps({"records": [rec]}))
     got = ceiling(AML, path)
@@ -153,6 +153,9 @@ def test_paper_figure_is_table_1s_row_of_the_algorithm_and_model_on_the_preset()
     assert paper("ce_fedgnn", "pna", preset="hi_medium")["value"] == 0.6517
     assert paper("ce_fedgnn", "mlp_edge")["value"] is None
     assert paper("ce_fedgnn", "gine", preset="tiny")["value"] is None
+    real = paper_figure({"data": {**AML, "source": "real"}, "components": {"algorithm": "ce_fedgnn", "model": "gine"}},
+                        REPO / "conf" / PAPER_FILE)
+    assert real["value"] == 0.4916 and real["data"].endswith("(HI-Small), the data this run read")
     line = describe({"final": {"f1_minority": 0.31}, "data": AML, "reference": {
         "trivial": {"f1_minority": {"flag_all": 0.002}, "pr_auc": 0.001},
         "paper": paper("ce_fedgnn", "gine"), "ceiling": {"value": None, "reason": "not recorded (...)"},
@@ -175,3 +178,15 @@ def test_paper_figures_are_the_specs_table_1():
     order = ["hi_small", "hi_medium", "hi_large", "li_small", "li_medium", "li_large"]
     assert list(table["columns"]) == order and len(spec) == 12
     assert {r["row"]: [r[c] for c in order] for r in table["rows"]} == spec
+
+
+def test_pr_auc_as_main_metric_is_computed_and_judged_against_the_minority_rate():
+    from fgx.learns import baseline, judge
+    from fgx.metrics import metric_names
+
+    assert metric_names(["accuracy"], 2, main_metric="pr_auc") == ("accuracy", "pr_auc")
+    summary = {"main_metric": "pr_auc", "status": "completed", "data": {"test_majority_rate": 0.97}}
+    metric, b, threshold, higher = baseline(summary)
+    assert (metric, higher) == ("pr_auc", True) and b == pytest.approx(0.03) and threshold == pytest.approx(0.08)
+    assert judge({**summary, "final": {"pr_auc": 0.09}})["status"] == "learns"
+    assert judge({**summary, "final": {"pr_auc": 0.07}})["status"] == "does not learn"

@@ -156,6 +156,18 @@ class _Box:
         return cls._cache[tp]
 
 
+def conf_dir() -> Path:
+    """fgx's conf/ directory (FGX_CONF_DIR, else the one beside the package)."""
+    env = os.environ.get("FGX_CONF_DIR")
+    if env:
+        return Path(env)
+    here = Path(__file__).resolve().parent
+    for cand in (here.parent / "conf", here / "conf"):
+        if (cand / "config.yaml").exists():
+            return cand
+    raise SystemExit("fgx: cannot find the conf/ directory (set FGX_CONF_DIR or install fgx with `pip install -e .`)")
+
+
 def default_data_dir() -> str:
     env = os.environ.get("FGX_DATA_DIR")
     if env:
@@ -209,7 +221,8 @@ class TopParams:
     main_metric: str | None = None
     metrics: list[str] | None = field(default=None, metadata=spec(
         choices=["accuracy", "f1_macro", "f1_minority", "roc_auc", "pr_auc"],
-        help="classification metrics computed at evaluations; null: all (main_metric is always computed)"))
+        help="classification metrics computed at evaluations; null: all (f1_minority and pr_auc on binary tasks "
+             "only; main_metric is always computed)"))
     resume: bool = False
     output: OutputParams = field(default_factory=OutputParams)
     eval: EvalParams = field(default_factory=EvalParams)

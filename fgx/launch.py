@@ -9,21 +9,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from fgx.config import ConfigError
+from fgx.config import ConfigError, conf_dir  # noqa: F401 - conf_dir: fgx.cli and the commands import it from here
 
 FAILED_JOBS: list[str] = []
 DIVERGED_JOBS: list[str] = []
-
-
-def conf_dir() -> Path:
-    env = os.environ.get("FGX_CONF_DIR")
-    if env:
-        return Path(env)
-    here = Path(__file__).resolve().parent
-    for cand in (here.parent / "conf", here / "conf"):
-        if (cand / "config.yaml").exists():
-            return cand
-    raise SystemExit("fgx: cannot find the conf/ directory (set FGX_CONF_DIR or install fgx with `pip install -e .`)")
 
 
 # Hydra plugins the docs name, and the pyproject extra that installs each
@@ -392,6 +381,10 @@ def _print_summary(summary: dict) -> None:
         row = [k + mark, "-" if val is None else f"{val:.4f}", "-" if g is None else f"{g:.4f}"]
         t.add_row(*row, *([f"{n - skipped[k]} of {n}" if k in skipped and n else str(n)] if skipped else []))
     console.print(t)
+    from fgx.report.reading import describe
+
+    if (reading := describe(summary)) is not None:      # the score beside what it means (fgx/reference.py)
+        console.print(reading, highlight=False)
     if skipped:
         console.print("clients: the mean leaves out clients whose value is undefined (a test split of one class "
                       "for macro F1 and ROC-AUC, none of the minority class for its F1, or no test item)")

@@ -34,7 +34,7 @@ def baseline(summary: dict) -> tuple[str, float | None, float | None, bool]:
         p = 1.0 - maj
         b = 2 * p / (1 + p)
         return metric, b, b + MARGIN, True
-    if metric == "pr_auc":
+    if metric == "pr_auc":       # binary: the minority rate is what the majority leaves
         maj = data.get("test_majority_rate")
         b = None if maj is None else 1.0 - maj
         return metric, b, None if b is None else b + MARGIN, True

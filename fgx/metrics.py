@@ -5,10 +5,9 @@ import numpy as np
 import torch
 
 CLASSIFICATION = ("accuracy", "f1_macro", "f1_minority", "roc_auc", "pr_auc")
-# metrics of the minority class that a multi-class task computes only when asked for by name
-MINORITY_ONLY = ("f1_minority", "pr_auc")
-
-
+# computed by default on binary tasks only (on more classes "the minority class" is one of several rare
+# ones); named in `metrics:` or as the main metric, they are computed on any classification task
+BINARY_ONLY = ("f1_minority", "pr_auc")
 
 # metrics where a smaller value is better: the best round / trial is the one that minimises them
 LOWER_IS_BETTER = frozenset({"mse", "rmse", "mae", "loss"})
@@ -28,12 +27,18 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
                            minority: int) -> dict[str, float]:
     """``scores``: logits [n, C]; ``labels``: [n]. Metrics undefined on the data are nan and skipped
     by the means: every metric without items; ROC-AUC and macro F1 on labels of one class; the minority
-    class's F1 without an item of that class.
+    class's F1 and PR-AUC without an item of that class.
+
+    ``pr_auc``: the average precision of the minority class (for binary AML, the illicit class) against
+    the rest, its items ranked by the minority class's softmax probability; one threshold per distinct
+    score (ties as sklearn's average_precision_score). sklearn returns 0 with a warning when no item is
+    of that class; here it is nan (undefined, skipped by the means like the minority F1).
 
     Computed in torch rather than with sklearn.metrics: evaluation runs per client and split every
     few rounds, and sklearn's per-call input validation (~0.1 s) dominated whole runs. The values
-    equal sklearn's f1_score(average="macro"/labels=[minority]) and roc_auc_score(multi_class="ovr",
-    average="macro") where they are defined; tests/test_metrics.py checks that."""
+    equal sklearn's f1_score(average="macro"/labels=[minority]), roc_auc_score(multi_class="ovr",
+    average="macro") and average_precision_score(labels == minority, probability of minority) where
+    they are defined; tests/test_metrics.py checks that."""
     if labels.numel() == 0:
         return {m: float("nan") for m in CLASSIFICATION}
     y = labels.long().cpu()
@@ -51,9 +56,54 @@ def classification_metrics(scores: torch.Tensor, labels: torch.Tensor, num_class
         "f1_macro": float(f1.mean()) if int((support > 0).sum()) >= 2 else nan,
         "f1_minority": float(f1[minority]) if support[minority] > 0 else nan,
         "roc_auc": _roc_auc_ovr(scores, y, k),
-        "pr_auc": float(_grouped_average_precision(scores, y, torch.zeros_like(y), 1, minority)[0]),
+        "pr_auc": average_precision(torch.softmax(scores.double(), -1)[:, minority], y == minority),
     }
     return out
+
+
+def minority_counts(scores: torch.Tensor, labels: torch.Tensor, minority: int) -> dict[str, int]:
+    """How many items the model flags (predicts the minority class for), how many of those are of that
+    class, how many are, and how many items there are: the counts behind the minority F1
+    (F1 = 2 true_positives / (predicted + actual))."""
+    flagged = scores.detach().argmax(-1).cpu() == minority
+    actual = labels.cpu() == minority
+    tn, fp, fn, tp = torch.bincount(actual.long() * 2 + flagged.long(), minlength=4).tolist()
+    return {"predicted": fp + tp, "true_positives": tp, "actual": fn + tp, "items": tn + fp + fn + tp}
+
+
+def average_precision(score: torch.Tensor, positive: torch.Tensor) -> float:
+    """Average precision of ``positive`` items ranked by ``score`` (nan without a positive item): the
+    grouped computation with one group, so a client's value is the same to the last bit either way."""
+    g = torch.zeros(score.numel(), dtype=torch.long)
+    return float(_grouped_average_precision(score, positive, g, 1)[0])
+
+
+def _grouped_average_precision(score: torch.Tensor, positive: torch.Tensor, g: torch.Tensor, G: int) -> torch.Tensor:
+    """Average precision per group: sum over the distinct scores s of (positives scored s) x (precision of
+    flagging every item scored >= s), over the group's positives; nan for a group without a positive.
+    One stable sort over all groups (by group, then score); the sums run over the runs of tied scores
+    in ascending order within each group."""
+    score, pos = score.double(), positive.bool()
+    n_pos = torch.bincount(g, weights=pos.double(), minlength=G)
+    if score.numel() == 0:
+        return torch.full((G,), float("nan"), dtype=torch.double)
+    order = torch.argsort(score, stable=True)
+    order = order[torch.argsort(g[order], stable=True)]                # by group, then score
+    gs, ss, ps = g[order], score[order], pos[order].double()
+    new_run = torch.ones_like(gs, dtype=torch.bool)
+    new_run[1:] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])
+    run = torch.cumsum(new_run.long(), 0) - 1
+    run_group = gs[new_run]
+    counts = torch.bincount(run).double()
+    run_pos = torch.bincount(run, weights=ps)
+    size = torch.bincount(g, minlength=G).double()
+    # items (and positives) of the run's group scored at least the run's score: the group's total less
+    # those in the group's earlier (lower-scored) runs; counts are integers, exact in float64
+    before = torch.cumsum(counts, 0) - counts - (torch.cumsum(size, 0) - size)[run_group]
+    pos_before = torch.cumsum(run_pos, 0) - run_pos - (torch.cumsum(n_pos, 0) - n_pos)[run_group]
+    precision = (n_pos[run_group] - pos_before) / (size[run_group] - before)
+    total = torch.bincount(run_group, weights=run_pos * precision, minlength=G)
+    return torch.where(n_pos > 0, total / n_pos.clamp(min=1), torch.full_like(total, float("nan")))
 
 
 def binary_auc(score: torch.Tensor, positive: torch.Tensor) -> float:
@@ -105,9 +155,9 @@ def clients_skipped(per_client: list[dict[str, float]]) -> dict[str, int]:
 
 def metric_names(requested, num_classes: int, main_metric: str | None = None) -> tuple[str, ...]:
     """The classification metrics an evaluation computes: ``requested`` (null: all), with the main
-    metric always in, and f1_minority only on a binary task (on more classes "the minority class" is
-    one of several rare ones) unless asked for by name."""
-    names = list(requested or [m for m in CLASSIFICATION if num_classes == 2 or m not in MINORITY_ONLY])
+    metric always in, and f1_minority and pr_auc only on a binary task (on more classes "the minority
+    class" is one of several rare ones) unless asked for by name."""
+    names = list(requested or [m for m in CLASSIFICATION if num_classes == 2 or m not in BINARY_ONLY])
     if main_metric in CLASSIFICATION and main_metric not in names:
         names.append(main_metric)          # the metric that picks the best round is always computed
     return tuple(m for m in CLASSIFICATION if m in names)
@@ -119,7 +169,7 @@ def grouped_classification_metrics(scores: torch.Tensor, labels: torch.Tensor, g
     """:func:`classification_metrics` of every group (client) at once: the same values, computed
     with one pass of bincounts and one sort over all items instead of a Python loop over clients and
     classes (evaluating every client every round made that loop a large share of a run). ``names``:
-    the metrics to compute (ROC-AUC, the costly one, only when asked)."""
+    the metrics to compute (ROC-AUC and PR-AUC, the costly ones (a sort each), only when asked)."""
     k, G = num_classes, num_groups
     y = labels.long().cpu()
     g = group.long().cpu()
@@ -136,7 +186,8 @@ def grouped_classification_metrics(scores: torch.Tensor, labels: torch.Tensor, g
     # scores 1 on that class and 0 on the others), a class's F1 on a group without that class's items
     one_class = (support > 0).sum(1) < 2
     auc = _grouped_roc_auc_ovr(scores, y, g, G, k) if "roc_auc" in names else None
-    ap = _grouped_average_precision(scores, y, g, G, minority) if "pr_auc" in names else None
+    ap = (_grouped_average_precision(torch.softmax(scores.double(), -1)[:, minority], y == minority, g, G)
+          if "pr_auc" in names else None)
     nan = float("nan")
     out = []
     for i in range(G):
@@ -187,38 +238,6 @@ def _grouped_roc_auc_ovr(scores: torch.Tensor, y: torch.Tensor, g: torch.Tensor,
     for row in auc[1:]:          # left to right, as the per-client sum, so values match to the last bit
         total = total + row
     return torch.where(bad, nan, total / c)
-
-
-def _grouped_average_precision(scores: torch.Tensor, y: torch.Tensor, g: torch.Tensor, G: int,
-                               positive: int) -> torch.Tensor:
-    """PR-AUC per group: the average precision of class ``positive`` (the minority class) scored by its
-    softmax probability, sklearn's average_precision_score: sum over distinct thresholds, from the
-    highest score down, of (recall gained) x (precision there); tied scores form one threshold. nan for
-    a group without a positive item (recall is undefined). One stable sort over all groups."""
-    nan = torch.full((G,), float("nan"), dtype=torch.double)
-    if y.numel() == 0:
-        return nan
-    s = torch.softmax(scores.double(), -1)[:, positive]
-    pos = (y == positive).double()
-    order = torch.argsort(-s, stable=True)
-    order = order[torch.argsort(g[order], stable=True)]                # by group, then score descending
-    gs, ss, ps = g[order], s[order], pos[order]
-    last = torch.ones_like(gs, dtype=torch.bool)                       # last item of a (group, score) run
-    last[:-1] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])
-    size = torch.bincount(gs, minlength=G).double()
-    start = torch.cumsum(size, 0) - size
-    seen = torch.arange(1, gs.numel() + 1, dtype=torch.double) - start[gs]     # items ranked so far in the group
-    tp_all = torch.cumsum(ps, 0)
-    tp_before = torch.zeros(G, dtype=torch.double)
-    tp_before[1:] = torch.cumsum(torch.bincount(gs, weights=ps, minlength=G), 0)[:-1]
-    tp = tp_all - tp_before[gs]                                        # true positives so far in the group
-    run = torch.cumsum(torch.cat([torch.ones(1, dtype=torch.bool), last[:-1]]).long(), 0) - 1
-    run_pos = torch.bincount(run, weights=ps)                          # positives of each tie run
-    ends = last.nonzero().squeeze(1)
-    contrib = run_pos * tp[ends] / seen[ends]                          # positives gained x precision there
-    n_pos = torch.bincount(gs, weights=ps, minlength=G)
-    ap = torch.bincount(gs[ends], weights=contrib, minlength=G) / n_pos
-    return torch.where(n_pos > 0, ap, nan)
 
 
 # Every run draws its bootstrap resamples from this one stream over its distinct test items (sorted by id):

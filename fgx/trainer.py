@@ -29,10 +29,11 @@ from fgx.federation.context import Context
 from fgx.local_work import describe as local_work
 from fgx.loggers import make_logger
 from fgx.metrics import (clients_skipped, grouped_classification_metrics, improves, metric_names,
-                         mean_over_clients, minority_class)
+                         mean_over_clients, minority_class, minority_counts)
 from fgx.outputs import RunDir
 from fgx.privacy.audit import attach as attach_audit, audited_name
 from fgx.provenance import code_fingerprint, data_fingerprint, kernels, provenance, run_command
+from fgx.reference import applies as reference_applies, reference
 from fgx.privacy.base import algorithm_messages, coverage
 from fgx.partition.base import build_clients, partition_stats
 from fgx.progress import ACTIVITY, Progress
@@ -98,7 +99,8 @@ def process_start_time() -> float | None:
 class Evaluator:
     """Per-client metrics on each split, their mean over clients (``skipped``: how many clients each mean left
     out, their value undefined), and the pooled values (every client's items as one set; not the server's
-    model, which is `eval_model=global`)."""
+    model, which is `eval_model=global`); on a binary task also the pooled counts of flagged and
+    minority items (``positives``, :func:`fgx.metrics.minority_counts`)."""
 
     def __init__(self, ctx: Context, data, params=None, metrics: list[str] | None = None,
                  main_metric: str | None = None):
@@ -154,6 +156,8 @@ class Evaluator:
                                                     self.names)[0]
             out[split] = {"mean": mean_over_clients(pc), "per_client": pc, "pooled": pooled,
                           "skipped": clients_skipped(pc)}
+            if k == 2:       # from the same scores: one argmax and a bincount, no second pass
+                out[split]["positives"] = minority_counts(scores, labels, self.minority)
             if items and split == "test":
                 e, cache = self.params, self.__dict__.setdefault("_item_ids", {})
                 out[split]["items"] = [
@@ -589,6 +593,9 @@ def _summarise(job: Job, rd: RunDir, loop: Loop, summary: dict, t_start: float) 
                              "pre": v.params["aggregator"].pre, **(loop.attack or {})}
     if unl is not None:
         summary["unlearning"] = unl.get("summary", {k: unl[k] for k in list(unl)[:8] if not isinstance(unl[k], list)})
+    if reference_applies(info.task, info.num_classes, job.main_metric) and "positives" in last["test"]:
+        # the score beside what it means: trivial detectors, the paper's figure, the centralised ceiling
+        summary["reference"] = reference(summary, last["test"]["positives"])
     rd.write_json("summary.json", summary)
     if loop.diverged is not None:
         log.error("run diverged at round %d of %d (%s): status diverged, its metrics are not results; run "

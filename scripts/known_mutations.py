@@ -1202,6 +1202,17 @@ MUTATIONS = [
       'out = cached.setdefault(key, {"features": features, "hhat": hhat, "tau": tau, "hom": hom, "het": het[1:]})',
       ["tests/test_memory_cuts.py::test_fedgsp_keeps_no_float64_bases_and_reads_the_same_ones"],
       "memory (#69): UniFilter's float64 bases cached for the whole run"),
+    # issue 72: the reference block of an AML run's summary and PR-AUC (fgx/reference.py, fgx/metrics.py)
+    M("reference_positives_on_val", "fgx/trainer.py",
+      'summary["reference"] = reference(summary, last["test"]["positives"])',
+      'summary["reference"] = reference(summary, last["val"]["positives"])',
+      ["tests/test_reference.py::test_an_aml_runs_summary_counts_its_pooled_test_positives"],
+      "reference (#72): predicted/true positives counted on the validation split"),
+    M("pr_auc_ties_split", "fgx/metrics.py",
+      "new_run[1:] = (gs[1:] != gs[:-1]) | (ss[1:] != ss[:-1])",
+      "new_run[1:] = True",
+      ["tests/test_metrics.py::test_pr_auc_by_hand"],
+      "PR-AUC (#72): tied scores split into one threshold per item"),
 ]
 
 

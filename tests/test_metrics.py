@@ -27,41 +27,7 @@ def test_metrics_equal_sklearn(k, n, seed):
     prob = torch.softmax(scores.double(), -1).numpy()
     ref = roc_auc_score(y, prob[:, 1]) if k == 2 else roc_auc_score(y, prob, multi_class="ovr", labels=list(range(k)))
     assert m["roc_auc"] == pytest.approx(ref, abs=1e-9)
-
-
-@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
-@pytest.mark.parametrize("seed", range(6))
-def test_pr_auc_equals_sklearns_average_precision_per_client(dtype, seed):
-    """PR-AUC of the minority class, each group on its own, equals sklearn's average_precision_score on the
-    same softmax probabilities: ties (rounded scores) form one threshold; a group without a positive is nan."""
-    g = torch.Generator().manual_seed(seed)
-    n, G, minority = 400, 4, 1
-    y = (torch.rand(n, generator=g) < 0.1).long()
-    group = torch.randint(0, G, (n,), generator=g)
-    y[group == 3] = 0                                   # a client without laundering: undefined
-    scores = (torch.randn(n, 2, generator=g) + torch.nn.functional.one_hot(y, 2) * 0.7).to(dtype)
-    if seed % 2:
-        scores = torch.round(scores * 2) / 2            # many tied scores
-    rows = grouped_classification_metrics(scores, y, group, G, 2, minority)
-    prob = torch.softmax(scores.float().double(), -1)[:, minority].numpy()
-    for i in range(G):
-        m = (group == i).numpy()
-        if i == 3:
-            assert np.isnan(rows[i]["pr_auc"])
-            continue
-        assert rows[i]["pr_auc"] == pytest.approx(average_precision_score(y.numpy()[m], prob[m]), abs=1e-12)
-    whole = classification_metrics(scores, y, 2, minority)
-    assert whole["pr_auc"] == pytest.approx(average_precision_score(y.numpy(), prob), abs=1e-12)
-
-
-def test_pr_auc_by_hand_and_only_for_binary_tasks_by_default():
-    # scores 0.9 (+), 0.8 (-), 0.7 (+), 0.1 (-): precision 1 at recall 1/2, 2/3 at recall 1 -> AP = 5/6
-    p = torch.tensor([0.9, 0.8, 0.7, 0.1])
-    logits = torch.stack([torch.zeros(4), torch.log(p / (1 - p))], 1)
-    y = torch.tensor([1, 0, 1, 0])
-    assert grouped_classification_metrics(logits, y, torch.zeros(4), 1, 2, 1)[0]["pr_auc"] == pytest.approx(5 / 6)
-    assert "pr_auc" in metric_names(None, 2) and "pr_auc" not in metric_names(None, 5)
-    assert "pr_auc" in metric_names(["pr_auc"], 5)
+    assert m["pr_auc"] == pytest.approx(average_precision_score(y == 1, prob[:, 1]), abs=1e-12)
 
 
 def test_undefined_metrics_are_nan_and_skipped_in_means():
@@ -80,7 +46,6 @@ def test_minority_class_is_the_rarest_training_label():
 def test_grouped_metrics_equal_the_per_client_ones_bit_for_bit(k):
     """The evaluator scores all clients in one call; each client's values must be exactly what the
     per-client function (checked against sklearn above) gives, ties, empty and one-class clients included."""
-    from fgx.metrics import grouped_classification_metrics
 
     g = torch.Generator().manual_seed(k)
     for trial in range(12):
@@ -103,7 +68,7 @@ def test_a_one_class_client_has_no_f1_and_the_mean_says_it_skipped_it():
     """Issue #66: under label skew a client whose test split holds one class scored accuracy 1, macro F1
     0.5 and minority F1 0, and those two dragged the means over clients. Both are undefined there now
     (as ROC-AUC), the means leave such clients out, and clients_skipped counts them."""
-    from fgx.metrics import clients_skipped, grouped_classification_metrics
+    from fgx.metrics import clients_skipped
 
     y = torch.tensor([0, 0, 0, 0, 1, 0, 1])
     group = torch.tensor([0, 0, 0, 1, 1, 2, 2])       # client 0: one class (the majority), all right
@@ -120,9 +85,67 @@ def test_a_one_class_client_has_no_f1_and_the_mean_says_it_skipped_it():
 
 
 def test_f1_minority_is_computed_for_binary_tasks_only_unless_named():
-    from fgx.metrics import metric_names
 
     assert "f1_minority" in metric_names(None, 2) and "f1_minority" not in metric_names(None, 7)
+    assert "pr_auc" in metric_names(None, 2) and "pr_auc" not in metric_names(None, 7)
+    assert metric_names(None, 7, main_metric="pr_auc") == ("accuracy", "f1_macro", "roc_auc", "pr_auc")
     assert metric_names(None, 7, main_metric="f1_minority") == ("accuracy", "f1_macro", "f1_minority", "roc_auc")
     assert metric_names(["accuracy", "f1_minority"], 7) == ("accuracy", "f1_minority")
     assert metric_names(["accuracy"], 2, main_metric="roc_auc") == ("accuracy", "roc_auc")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("k", [2, 3])
+def test_pr_auc_equals_sklearn_average_precision_with_ties(dtype, k):
+    """PR-AUC is sklearn's average_precision_score of the minority class scored by its softmax probability
+    (one threshold per distinct score), whatever the logits' dtype, on ties of every size and rare positives."""
+    g = torch.Generator().manual_seed(7 + k)
+    for trial in range(40):
+        n = int(torch.randint(1, 400, (1,), generator=g))
+        minority = int(torch.randint(0, k, (1,), generator=g))
+        rate = float(torch.rand(1, generator=g)) * 0.3
+        y = torch.where(torch.rand(n, generator=g) < rate, minority, (minority + 1) % k)
+        scores = (torch.randn(n, k, generator=g, dtype=torch.float64) * 2).to(dtype)
+        if trial % 2:
+            scores = scores.round(decimals=trial % 3)              # many ties, runs of positives and negatives
+        positive = (y == minority).numpy()
+        prob = torch.softmax(scores.float().double(), -1)[:, minority].numpy()   # the evaluator scores float32 logits
+        m = classification_metrics(scores, y, k, minority)
+        if not positive.any():
+            assert np.isnan(m["pr_auc"])                           # sklearn: 0 and a warning; here undefined
+            continue
+        assert m["pr_auc"] == pytest.approx(average_precision_score(positive, prob), abs=1e-12), trial
+
+
+def test_pr_auc_by_hand():
+    """Scores 0.9 (+), 0.8 (-), 0.8 (+), 0.1 (-), 0.1 (+): thresholds at each distinct score give precision
+    1 at recall 1/3, 2/3 at recall 2/3 (the tie at 0.8 counts both items at once), 3/5 at recall 1:
+    AP = (1 + 2/3 + 3/5) / 3."""
+    from fgx.metrics import average_precision
+
+    score = torch.tensor([0.9, 0.8, 0.8, 0.1, 0.1])
+    positive = torch.tensor([True, False, True, False, True])
+    assert average_precision(score, positive) == pytest.approx((1 + 2 / 3 + 3 / 5) / 3, abs=1e-15)
+    assert average_precision(score[torch.tensor([1, 0, 4, 2, 3])], positive[torch.tensor([1, 0, 4, 2, 3])]) == \
+        pytest.approx((1 + 2 / 3 + 3 / 5) / 3, abs=1e-15)     # the order items come in does not matter
+    assert np.isnan(average_precision(score, torch.zeros(5, dtype=torch.bool)))
+    assert average_precision(torch.ones(4), torch.tensor([True, False, False, False])) == 0.25   # one tie: the rate
+
+
+def test_grouped_pr_auc_nan_for_a_group_without_positives_and_equal_to_each_group_alone():
+
+    g = torch.Generator().manual_seed(3)
+    n, G = 500, 5
+    group = torch.randint(0, G, (n,), generator=g)
+    y = (torch.rand(n, generator=g) < 0.1).long()
+    y[group == 2] = 0                                             # a client without a positive item
+    scores = torch.randn(n, 2, generator=g).round(decimals=1)
+    rows = grouped_classification_metrics(scores, y, group, G, 2, minority=1, names=("pr_auc",))
+    assert np.isnan(rows[2]["pr_auc"]) and all(set(r) == {"pr_auc"} for r in rows)
+    for i in (0, 1, 3, 4):
+        m = group == i
+        alone = grouped_classification_metrics(scores[m], y[m], torch.zeros(int(m.sum()), dtype=torch.long), 1, 2, 1,
+                                                names=("pr_auc",))[0]["pr_auc"]
+        prob = torch.softmax(scores[m].double(), -1)[:, 1].numpy()
+        assert rows[i]["pr_auc"] == alone
+        assert alone == pytest.approx(average_precision_score(y[m].numpy() == 1, prob), abs=1e-12)

@@ -280,6 +280,19 @@ def test_a_spot_check_carries_a_stale_record_over_only_when_every_number_is_the_
     assert not (tiny / "spot7").exists()
 
 
+def test_a_spot_check_compares_every_recorded_number_and_ignores_metrics_the_record_predates():
+    """A rerun's metric the record lacks (one added to fgx since, like pr_auc) is no recorded number; a
+    recorded number the rerun lacks or gives otherwise is a difference."""
+    from fgx.tables.spotcheck import compare
+
+    recorded = {"final": {"accuracy": 0.5, "f1_minority": 0.25}, "best": {"round": 3}}
+    assert compare(recorded, {"final": {"accuracy": 0.5, "f1_minority": 0.25, "pr_auc": 0.1},
+                              "best": {"round": 3}}) == (3, 0.0, [])
+    assert compare(recorded, {"final": {"accuracy": 0.5}, "best": {"round": 3}})[2] == ["final.f1_minority only recorded"]
+    assert compare(recorded, {"final": {"accuracy": 0.5, "f1_minority": 0.5}, "best": {"round": 3}})[2] == \
+        ["final.f1_minority 0.25 → 0.5"]
+
+
 def test_a_spot_check_never_verifies_with_runs_of_other_code(tiny, monkeypatch, capsys):
     """A spot-check folder that already holds reruns (an earlier check) made with other code: they are
     made again (the trainer's resume checks the code), and were one kept, the check refuses it."""

@@ -12,7 +12,7 @@ def _split(values: list[str] | None) -> list[str] | None:
 
 def cmd_report(args) -> int:
     from fgx.report.runs import ReportError, find_runs
-    from fgx.report.table import build_report, problems_text, render
+    from fgx.report.table import build_report, problems_text, readings, render
 
     try:
         runs = find_runs(args.paths)
@@ -29,6 +29,8 @@ def cmd_report(args) -> int:
               f"test split, mean over clients", file=notes)
     if not args.output:       # with -o the table goes to the file, not also to the terminal
         print(text)
+    if args.format != "csv" and (reading := readings(rep)):
+        print("what the scores mean (test split; counts over every client's items):\n" + reading, file=notes)
     if rep.problems:
         print(problems_text(rep), file=notes)
     if args.output:

@@ -128,6 +128,19 @@ def problems_text(rep: Report) -> str:
     return "\n".join(lines)
 
 
+def readings(rep: Report) -> str:
+    """Each completed run's score beside what it means (summary.json's ``reference``; fgx/reference.py):
+    the runs of a binary detection task (AML) only; empty when there are none."""
+    from fgx.report.reading import describe
+
+    lines = []
+    for r in rep.runs:
+        text = describe(r.summary) if r.status == "completed" else None
+        if text is not None:
+            lines.append(f"{r.path}:" + "".join(f"\n  {t}" for t in text.splitlines()))
+    return "\n".join(lines)
+
+
 def _label(r: Run) -> str:
     return " ".join(f"{k}={v}" for k, v in r.overrides.items() if not k.startswith("hydra"))
 

@@ -123,4 +123,4 @@ def ceiling(data: dict, path: Path) -> dict:
         return {"value": None, "reason": f"not recorded ({where})"}
     best = max(found, key=lambda r: r["test"]["f1_minority"])       # the ceiling: the best model recorded
     return {"value": float(best["test"]["f1_minority"]), "test": best["test"], "val": best.get("val"),
-            **{k: best.get(k) for k in ("model", "setting", "steps", "wall_s", "command", "commit")}}
+            **{k: best.get(k) for k in ("model", "setting", "steps", "steps_run", "plateau", "wall_s", "command", "commit")}}

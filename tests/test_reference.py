@@ -190,3 +190,18 @@ def test_pr_auc_as_main_metric_is_computed_and_judged_against_the_minority_rate(
     assert (metric, higher) == ("pr_auc", True) and b == pytest.approx(0.03) and threshold == pytest.approx(0.08)
     assert judge({**summary, "final": {"pr_auc": 0.09}})["status"] == "learns"
     assert judge({**summary, "final": {"pr_auc": 0.07}})["status"] == "does not learn"
+
+
+def test_a_ceiling_curve_that_had_not_levelled_off_reads_as_a_lower_bound(tmp_path):
+    """scripts/aml_ceiling.py marks a centralised curve whose validation F1 was still rising (plateau false):
+    the reading then names the number as what the centralised model reached so far, not as a ceiling."""
+    path = tmp_path / "ceiling.json"
+    rec = {**RECORD, "preset": "hi_small", "scale": 1.0, "steps": 5660, "plateau": False}
+    path.write_text(json.dumps({"records": [rec]}))
+    ref = {"trivial": {"f1_minority": {"flag_all": 0.002}, "pr_auc": 0.001}, "paper": {"value": None},
+           "ceiling": ceiling(AML, path), "positives": {"predicted": 3, "true_positives": 1, "actual": 9, "items": 90}}
+    line = describe({"reference": ref, "final": {"f1_minority": 0.1}, "data": AML})
+    assert "centralised GINe 0.3000 at 5,660 steps, still rising" in line and "ceiling 0.3" not in line
+    path.write_text(json.dumps({"records": [{**rec, "plateau": True}]}))
+    ref["ceiling"] = ceiling(AML, path)
+    assert "centralised ceiling 0.3000 at 5,660 steps" in describe({"reference": ref, "final": {}, "data": AML})

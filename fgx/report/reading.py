@@ -18,7 +18,10 @@ def describe(summary: dict) -> str | None:
     parts = [f"flag nothing 0, flag all {triv['f1_minority']['flag_all']:.3g}"]
     if ceil.get("value") is not None:
         steps = f" at {ceil['steps']:,} steps" if isinstance(ceil.get("steps"), int) else ""
-        parts.append(f"centralised ceiling {ceil['value']:.4f}{steps}")
+        if ceil.get("plateau") is False:      # the curve had not levelled off: a lower bound of the ceiling
+            parts.append(f"centralised GINe {ceil['value']:.4f}{steps}, still rising")
+        else:
+            parts.append(f"centralised ceiling {ceil['value']:.4f}{steps}")
     elif ceil["reason"].startswith("not recorded"):
         parts.append("centralised ceiling not recorded")       # summary.json's reason says for which data
     elif ceil["reason"] != "not an AML dataset":

@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from fgx.config import ConfigError, spec
+from fgx.federation.stratified import stratified_batches
 from fgx.tasks import class_weights, split_mask, targets
 
 
@@ -38,6 +39,10 @@ class LocalTrainParams:
     fanouts: list[int] | None = field(default=None, metadata=spec(
         help="with batch_size: run each step on fgx's sampled L-hop subgraph of the seed batch "
              "(e.g. [10, 10]; -1 = all neighbours); null: the whole client graph"))
+    positive_share: float | None = field(default=None, metadata=spec(
+        gt=0.0, max=0.5, help="binary tasks with batches: this share of every batch from the client's rarest "
+                             "class, loss weights corrected to keep the objective (fgx/federation/stratified.py); "
+                             "null: uniform batches"))
 
     def one_local_step(self) -> bool:
         """True where every client takes exactly one optimiser step per round, whatever its data: from the
@@ -58,6 +63,7 @@ class ClientState:
     task: str
     loss_weight: torch.Tensor | None = None
     sampler: Any = None        # fgx.sampler.NeighborSampler of sampled steps (fanouts), built at the first one
+    positive_share: float | None = None     # LocalTrainParams.positive_share: class-stratified batches
 
 
 def make_optimizer(model: nn.Module, p: LocalTrainParams) -> torch.optim.Optimizer:
@@ -95,7 +101,9 @@ def make_client_state(ctx, client, view, model: nn.Module, kind: type[ClientStat
     elif weighted:
         _, y = targets(view, task, "train")
         weight = class_weights(y.cpu(), ctx.out_dim).to(ctx.device)
-    return kind(client.cid, view, model, make_optimizer(model, p), task, weight)
+    state = kind(client.cid, view, model, make_optimizer(model, p), task, weight)
+    state.positive_share = getattr(p, "positive_share", None)
+    return state
 
 
 def num_train_items(state: ClientState) -> int:
@@ -280,10 +288,16 @@ def local_training(state: ClientState, steps: int, batch_size: int | None, gener
     if n == 0:
         return LocalLoss(float("nan"), float("nan"), float("nan"))
     total, ce_total, term_total = 0.0, 0.0, 0.0
+    plan = stratified_batches(y_all, batch_size, state.positive_share)
+    weight = state.loss_weight
+    if plan is not None:
+        weight = plan.correction.to(device=ids.device, dtype=torch.float) * (1 if weight is None else weight)
     for step in range(steps):
         tick(f"client {state.cid} step", step + 1, steps)
         pick = None
-        if batch_size is not None and batch_size < n:
+        if plan is not None:
+            pick = plan.draw(generator).to(ids.device)
+        elif batch_size is not None and batch_size < n:
             pick = torch.randperm(n, generator=generator)[:batch_size].to(ids.device)
         state.optimizer.zero_grad()
         if fanouts and pick is not None:
@@ -295,7 +309,7 @@ def local_training(state: ClientState, steps: int, batch_size: int | None, gener
             items, y = (ids, y_all) if pick is None else (ids[pick], y_all[pick])
             batch = Step(logits, items, y, rep)
             out = logits[items]
-        ce = nn.functional.cross_entropy(out, y, weight=state.loss_weight)
+        ce = nn.functional.cross_entropy(out, y, weight=weight)
         term = objective.term(state, batch)
         loss = ce if term is None else ce + term
         loss.backward()

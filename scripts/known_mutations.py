@@ -1213,6 +1213,16 @@ MUTATIONS = [
       "new_run[1:] = True",
       ["tests/test_metrics.py::test_pr_auc_by_hand"],
       "PR-AUC (#72): tied scores split into one threshold per item"),
+    M("positive_share_no_correction", "fgx/federation/client.py",
+      "weight = plan.correction.to(device=ids.device, dtype=torch.float) * (1 if weight is None else weight)",
+      "weight = weight",
+      ["tests/test_stratified_batches.py::test_the_run_weights_the_loss_by_the_correction"],
+      "stratified batches (#72): the loss weights keep the configured ones (the objective moves)"),
+    M("sampled_training_scores_every_edge", "fgx/federation/client.py",
+      "return state.model(sub, scored_edges=k)[:k], sub.edge_y[:k]",
+      "return state.model(sub)[:k], sub.edge_y[:k]",
+      ["tests/test_aml_scale.py::test_fedavg_sampled_training_scores_only_the_seed_edges"],
+      "sampled edge training (#72): the readout runs on every edge of the sample"),
 ]
 
 

@@ -70,3 +70,33 @@ def test_a_run_with_positive_share_trains_on_stratified_batches(run_fgx, monkeyp
             "model.hidden=8", "algorithm.local_steps=4", "algorithm.batch_size=40", "algorithm.fanouts=[3,3]",
             "algorithm.positive_share=0.25", "rounds=1", "output.checkpoint=false")
     assert len(seen) == 8 and set(seen) == {10}
+
+
+def test_the_run_weights_the_loss_by_the_correction(run_fgx, monkeypatch):
+    """The class weights a stratified step hands the cross-entropy are the configured ones times rate/share."""
+    import fgx.federation.client as client
+
+    weights: list[list[float]] = []
+    labels: list[torch.Tensor] = []
+    real_ce = torch.nn.functional.cross_entropy
+    real_targets = client.targets
+
+    def ce(out, y, weight=None, **kw):
+        weights.append(weight.tolist())
+        return real_ce(out, y, weight=weight, **kw)
+
+    def targets(view, task, split):
+        mask, y = real_targets(view, task, split)
+        labels.append(y)
+        return mask, y
+    monkeypatch.setattr(client.nn.functional, "cross_entropy", ce)
+    monkeypatch.setattr(client, "targets", targets)
+    run_fgx("algorithm=fedavg", "dataset=aml_tiny", "dataset.scale=0.25", "partitioner.num_clients=2",
+            "model.hidden=8", "algorithm.local_steps=2", "algorithm.batch_size=40", "algorithm.fanouts=[3,3]",
+            "algorithm.positive_share=0.25", "algorithm.class_weights=[1.0,6.0]", "rounds=1",
+            "output.checkpoint=false", "eval.splits=[test]")
+    assert len(weights) == 4
+    train = [y for y in labels if y.numel()][:2]          # each client's training labels, in client order
+    for client_y, w in zip(train, weights[::2]):
+        p = float(client_y.float().mean())
+        assert w == pytest.approx([1.0 * (1 - p) / (1 - 0.25), 6.0 * p / 0.25], rel=1e-6)

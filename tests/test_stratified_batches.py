@@ -100,3 +100,25 @@ def test_the_run_weights_the_loss_by_the_correction(run_fgx, monkeypatch):
     for client_y, w in zip(train, weights[::2]):
         p = float(client_y.float().mean())
         assert w == pytest.approx([1.0 * (1 - p) / (1 - 0.25), 6.0 * p / 0.25], rel=1e-6)
+
+
+def test_ce_fedgnn_steps_on_stratified_batches_with_the_corrected_weights(run_fgx, monkeypatch):
+    """CE-FedGNN's own step loop draws the same stratified batches and corrected loss weights."""
+    import fgx.algorithms.ce_fedgnn as ce
+
+    weights: list[list[float]] = []
+    positives: list[int] = []
+    real_ce = torch.nn.functional.cross_entropy
+
+    def spy(out, y, weight=None, **kw):
+        if kw.get("reduction") == "none":          # the training step's loss (evaluation reduces)
+            weights.append(weight.tolist())
+            positives.append(int(y.sum()))
+        return real_ce(out, y, weight=weight, **kw)
+    monkeypatch.setattr(ce.nn.functional, "cross_entropy", spy)
+    run_fgx("algorithm=ce_fedgnn", "dataset=aml_tiny", "dataset.scale=0.25", "partitioner.num_clients=2",
+            "model.hidden=8", "algorithm.local_steps=3", "algorithm.batch_size=40", "algorithm.fanouts=[3,3]",
+            "algorithm.positive_share=0.25", "algorithm.class_weights=[1.0,6.0]", "rounds=1", "output.checkpoint=false")
+    assert len(positives) == 6 and set(positives) == {10}
+    for w in weights:
+        assert w[0] > 1.0 and w[1] < 6.0 * 0.5          # (1 - p)/(1 - q) > 1 and 6 p / q with p < 1/8

@@ -23,6 +23,7 @@ from fgx.federation.channel import Message
 from fgx.federation.client import round_seed, state_delta
 from fgx.progress import tick
 from fgx.registry import ALGORITHMS
+from fgx.federation.stratified import stratified_batches
 from fgx.tasks import SPLITS, class_weights, local_view, targets
 
 
@@ -58,6 +59,9 @@ class CEFedGNNParams:
     class_weights: list[float] | None = field(default=None, metadata=spec(
         gt=0.0, help="explicit cross-entropy class weights (Multi-GNN: gine [1.0, 6.275], pna [1.0, 7.078])"))
     weighting: str = field(default="uniform", metadata=spec(choices=["uniform", "train_items"]))
+    positive_share: float | None = field(default=None, metadata=spec(
+        gt=0.0, max=0.5, help="binary tasks: this share of every batch from the client's rarest class, loss "
+                              "weights corrected to keep the objective (fgx/federation/stratified.py)"))
     aia_targets: int = field(default=0, metadata=spec(
         min=0, help="after the last round, run the attribute-inference attack on this many boundary nodes"))
     aia_steps: int = field(default=500, metadata=spec(min=1))
@@ -255,9 +259,15 @@ def local_round(c: CEClient, p: CEFedGNNParams, global_state: dict, global_G: di
     c.model.train()
     if train_ids.numel() == 0:
         return _upload(c, global_state, share) + (float("nan"),)
+    plan = stratified_batches(y, p.batch_size, p.positive_share)
+    lw = c.loss_weight
+    if plan is not None:
+        lw = plan.correction.to(device=train_ids.device, dtype=torch.float) * (1 if lw is None else lw)
     for step in range(p.local_steps):
         tick(f"client {c.cid} step", step + 1, p.local_steps)
-        if p.batch_size is not None and p.batch_size < train_ids.numel():
+        if plan is not None:
+            pick = plan.draw(g).to(train_ids.device)
+        elif p.batch_size is not None and p.batch_size < train_ids.numel():
             pick = torch.randperm(train_ids.numel(), generator=g)[:p.batch_size].to(train_ids.device)
         else:
             pick = torch.arange(train_ids.numel(), device=train_ids.device)
@@ -274,8 +284,8 @@ def local_round(c: CEClient, p: CEFedGNNParams, global_state: dict, global_G: di
             upd = _update_layers(c, items if p.batch_size is not None else None, L)
             out, _ = _forward(c, p, upd)
             logits, yb, seed_items = out[items], y[pick], items
-        per = nn.functional.cross_entropy(logits, yb, weight=c.loss_weight, reduction="none")
-        w = c.loss_weight[yb] if c.loss_weight is not None else torch.ones_like(per)
+        per = nn.functional.cross_entropy(logits, yb, weight=lw, reduction="none")
+        w = lw[yb] if lw is not None else torch.ones_like(per)
         if c.item_weight is not None:
             w = w * c.item_weight[seed_items]
             per = per * c.item_weight[seed_items]

@@ -34,6 +34,8 @@ def refusal(clients: list, p) -> str | None:
 
     if not (p.fanouts and p.batch_size is not None):
         return "whole-graph steps (algorithm.fanouts or batch_size null)"
+    if p.positive_share is not None:
+        return "class-stratified batches (algorithm.positive_share)"
     if p.local_optimizer != "ema_sgd":
         return f"local_optimizer={p.local_optimizer} (only ema_sgd: W <- W - lr * G)"
     for c in clients:

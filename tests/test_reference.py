@@ -201,7 +201,7 @@ def test_a_ceiling_curve_that_had_not_levelled_off_reads_as_a_lower_bound(tmp_pa
     ref = {"trivial": {"f1_minority": {"flag_all": 0.002}, "pr_auc": 0.001}, "paper": {"value": None},
            "ceiling": ceiling(AML, path), "positives": {"predicted": 3, "true_positives": 1, "actual": 9, "items": 90}}
     line = describe({"reference": ref, "final": {"f1_minority": 0.1}, "data": AML})
-    assert "centralised GINe 0.3000 at 5,660 steps, still rising" in line and "ceiling 0.3" not in line
+    assert "centralised GINe 0.3000 at 5,660 steps, not levelled off" in line and "ceiling 0.3" not in line
     path.write_text(json.dumps({"records": [{**rec, "plateau": True}]}))
     ref["ceiling"] = ceiling(AML, path)
     assert "centralised ceiling 0.3000 at 5,660 steps" in describe({"reference": ref, "final": {}, "data": AML})

@@ -19,7 +19,7 @@ def describe(summary: dict) -> str | None:
     if ceil.get("value") is not None:
         steps = f" at {ceil['steps']:,} steps" if isinstance(ceil.get("steps"), int) else ""
         if ceil.get("plateau") is False:      # the curve had not levelled off: a lower bound of the ceiling
-            parts.append(f"centralised GINe {ceil['value']:.4f}{steps}, still rising")
+            parts.append(f"centralised GINe {ceil['value']:.4f}{steps}, not levelled off")
         else:
             parts.append(f"centralised ceiling {ceil['value']:.4f}{steps}")
     elif ceil["reason"].startswith("not recorded"):

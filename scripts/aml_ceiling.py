@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> None:
     args = ap.parse_args(argv)
     curves = []
     for spec in args.run:
-        label, sep, d = spec.partition("=")
+        label, sep, d = spec.rpartition("=")     # a label may hold "=" (q=0.1)
         if not sep:
             sys.exit(f"--run {spec!r}: expected LABEL=DIR")
         curves.append(read_run(label, Path(d)))

@@ -2,6 +2,8 @@
 that a batch's weighted loss is the uniform batch's in expectation."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -122,3 +124,17 @@ def test_ce_fedgnn_steps_on_stratified_batches_with_the_corrected_weights(run_fg
     assert len(positives) == 6 and set(positives) == {10}
     for w in weights:
         assert w[0] > 1.0 and w[1] < 6.0 * 0.5          # (1 - p)/(1 - q) > 1 and 6 p / q with p < 1/8
+
+
+@pytest.mark.parametrize("algo,extra,why", [
+    ("fedavg", [], "null with full batches"),
+    ("ce_fedgnn", ["algorithm.batch_size=null"], "null with full batches"),
+])
+def test_a_share_that_would_change_nothing_is_refused_before_training(tmp_path, algo, extra, why):
+    import subprocess
+    import sys
+    res = subprocess.run([sys.executable, "-m", "fgx.cli", "run", f"algorithm={algo}", "dataset=aml_tiny",
+                          "dataset.scale=0.25", "algorithm.positive_share=0.2", "rounds=1", "data_dir=.", *extra],
+                         capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                         env={**__import__("os").environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert res.returncode != 0 and why in res.stderr + res.stdout

@@ -20,10 +20,10 @@ from fgx import inference
 from fgx.algorithms.base import Algorithm, add_delta, aggregation_weights, flat_params, mean_loss, weighted_average
 from fgx.config import ConfigError, spec
 from fgx.federation.channel import Message
-from fgx.federation.client import round_seed, state_delta
+from fgx.federation.client import check_positive_share, round_seed, state_delta
+from fgx.federation.stratified import stratified_batches
 from fgx.progress import tick
 from fgx.registry import ALGORITHMS
-from fgx.federation.stratified import stratified_batches
 from fgx.tasks import SPLITS, class_weights, local_view, targets
 
 
@@ -407,6 +407,7 @@ class CEFedGNN(Algorithm):
         weighted = p.class_weighted if p.class_weighted is not None else self.task == "edge"
         mask, y = targets(view, self.task, "train")
         lw = class_weights(y, ctx.out_dim) if weighted and y.numel() else None
+        check_positive_share(p.positive_share, p.batch_size, ctx.out_dim)
         if p.class_weights:
             if len(p.class_weights) != ctx.out_dim:
                 raise ConfigError("algorithm.class_weights", p.class_weights, f"a list of {ctx.out_dim} weights")

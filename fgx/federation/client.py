@@ -101,9 +101,21 @@ def make_client_state(ctx, client, view, model: nn.Module, kind: type[ClientStat
     elif weighted:
         _, y = targets(view, task, "train")
         weight = class_weights(y.cpu(), ctx.out_dim).to(ctx.device)
+    share = getattr(p, "positive_share", None)
+    check_positive_share(share, p.batch_size, ctx.out_dim)
     state = kind(client.cid, view, model, make_optimizer(model, p), task, weight)
-    state.positive_share = getattr(p, "positive_share", None)
+    state.positive_share = share
     return state
+
+
+def check_positive_share(share: float | None, batch_size: int | None, num_classes: int) -> None:
+    """Stratified batches need batches and two classes: refuse a share that would change nothing."""
+    if share is None:
+        return
+    if batch_size is None:
+        raise ConfigError("algorithm.positive_share", share, "null with full batches (set algorithm.batch_size)")
+    if num_classes != 2:
+        raise ConfigError("algorithm.positive_share", share, f"null on a task with {num_classes} outputs (binary tasks only)")
 
 
 def num_train_items(state: ClientState) -> int:

@@ -300,7 +300,7 @@ def local_training(state: ClientState, steps: int, batch_size: int | None, gener
     if n == 0:
         return LocalLoss(float("nan"), float("nan"), float("nan"))
     total, ce_total, term_total = 0.0, 0.0, 0.0
-    plan = stratified_batches(y_all, batch_size, state.positive_share)
+    plan = stratified_batches(y_all, batch_size, getattr(state, "positive_share", None))   # a method's own state may lack it
     weight = state.loss_weight
     if plan is not None:
         weight = plan.correction.to(device=ids.device, dtype=torch.float) * (1 if weight is None else weight)

@@ -195,3 +195,13 @@ def test_repro_pndp_accounting_holds_the_papers_claims(tmp_path):
     res = json.loads((tmp_path / "f2" / "repro.json").read_text())
     assert res["verdict"] == "all checks hold" and len(res["checks"]) == 10
     assert [r["distance"] for r in res["by_distance"]] == [1, 2, 3, 4]
+
+
+def test_a_dry_run_tally_writes_nothing(tmp_path, capsys, monkeypatch):
+    """`fgx repro --tally PATH --dry-run` (the docs test resolves documented commands so) computes the tally
+    and writes no file; without --dry-run it writes the file."""
+    monkeypatch.chdir(tmp_path)
+    assert main(["repro", "--tally", "decisions.json", "--dry-run"]) == 0
+    assert "would write decisions.json" in capsys.readouterr().out and not (tmp_path / "decisions.json").exists()
+    assert main(["repro", "--tally", "decisions.json"]) == 0
+    assert json.loads((tmp_path / "decisions.json").read_text())["tables"]

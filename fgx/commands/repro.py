@@ -42,7 +42,11 @@ def cmd_repro(args) -> int:
             import json
 
             from fgx.tables import tally_tables
-            atomic_write_bytes(Path(args.tally), (json.dumps(tally_tables(conf), indent=1, ensure_ascii=False) + "\n").encode())
+            text = json.dumps(tally_tables(conf), indent=1, ensure_ascii=False) + "\n"
+            if args.dry_run:                     # computed, written nowhere (as --docs)
+                print(f"would write {args.tally}")
+                return 0
+            atomic_write_bytes(Path(args.tally), text.encode())
             print(f"wrote {args.tally}")
             return 0
         if args.docs:

@@ -121,6 +121,9 @@ def ceiling(data: dict, path: Path) -> dict:
              and isinstance(want["scale"], (int, float)) and abs(r["scale"] - want["scale"]) < 1e-9]
     if not found:
         return {"value": None, "reason": f"not recorded ({where})"}
-    best = max(found, key=lambda r: r["test"]["f1_minority"])       # the ceiling: the best model recorded
+    # the ceiling: the recorded model best on validation (its test score is then not chosen by the test
+    # split); records without validation scores fall back to their test score
+    best = max(found, key=lambda r: ((r.get("val") or {}).get("f1_minority", r["test"]["f1_minority"]),
+                                     r["test"]["f1_minority"]))
     return {"value": float(best["test"]["f1_minority"]), "test": best["test"], "val": best.get("val"),
             **{k: best.get(k) for k in ("model", "setting", "steps", "steps_run", "plateau", "wall_s", "command", "commit")}}

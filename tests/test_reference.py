@@ -205,3 +205,12 @@ def test_a_ceiling_curve_that_had_not_levelled_off_reads_as_a_lower_bound(tmp_pa
     path.write_text(json.dumps({"records": [{**rec, "plateau": True}]}))
     ref["ceiling"] = ceiling(AML, path)
     assert "centralised ceiling 0.3000 at 5,660 steps" in describe({"reference": ref, "final": {}, "data": AML})
+
+
+def test_the_ceiling_is_the_record_best_on_validation_not_on_test(tmp_path):
+    path = tmp_path / "ceiling.json"
+    by_val = {**RECORD, "preset": "hi_small", "scale": 1.0, "val": {"f1_minority": 0.4}, "test": {"f1_minority": 0.2}}
+    by_test = {**by_val, "model": "pna", "val": {"f1_minority": 0.1}, "test": {"f1_minority": 0.5}}
+    path.write_text(json.dumps({"records": [by_test, by_val]}))
+    got = ceiling(AML, path)
+    assert got["value"] == 0.2 and got["model"] == "gine"

@@ -80,6 +80,7 @@ FEDSAGE_GEN_ROUNDS = 10            # openfgl/flcore/fedsage_plus/fedsage_plus_co
 TARGETS = {"fedavg": {"time_ratio": 0.5, "acc_gap": 0.01}, "fedsage_plus": {"process_time_ratio": 0.5, "mem_ratio": 0.5},
            "local": {"time_ratio": 0.6}, "fedprox": {"time_ratio": 0.6}}
 STARTUP_TARGET_S, FAIL_FAST_TARGET_S = 1.5, 5.0
+FEDPROX_OVER_FEDAVG = 1.15         # issue #68: FedProx's training time within 1.15x FedAvg's (fgx, this run)
 
 
 def fgx_graph_overrides(algo: str, a, clients_file: Path, run_dir: Path) -> list[str]:
@@ -385,6 +386,9 @@ def targets_met(result: dict) -> dict:
                 out[f"{algo}.acc_within_1pt"] = abs(r["acc_fgx"] - r["acc_peer"]) <= limit
             else:
                 out[f"{algo}.{k}<={limit}"] = r[k] <= limit
+    if "fedavg" in result and "fedprox" in result:
+        ratio = result["fedprox"]["train_s_fgx"] / result["fedavg"]["train_s_fgx"]
+        out[f"fgx.fedprox/fedavg={ratio:.3f}<={FEDPROX_OVER_FEDAVG}"] = ratio <= FEDPROX_OVER_FEDAVG
     s = result["startup"]
     out[f"startup<={STARTUP_TARGET_S}s"] = s["fgx_startup_s"] <= STARTUP_TARGET_S
     out[f"fail_fast<{FAIL_FAST_TARGET_S}s"] = s["fgx_fail_fast_s"] < FAIL_FAST_TARGET_S

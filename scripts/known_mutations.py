@@ -1223,6 +1223,11 @@ MUTATIONS = [
       "return state.model(sub)[:k], sub.edge_y[:k]",
       ["tests/test_aml_scale.py::test_fedavg_sampled_training_scores_only_the_seed_edges"],
       "sampled edge training (#72): the readout runs on every edge of the sample"),
+    M("vanishing_term_skipped_every_step", "fgx/federation/client.py",
+      "term = None if step == 0 and at_start_weights and objective.vanishes_at_start else",
+      "term = None if at_start_weights and objective.vanishes_at_start else",
+      ["tests/test_client_runtime.py::test_a_term_that_vanishes_at_the_start_weights_is_skipped_on_the_first_step_only"],
+      "FedProx's speed (#68): the proximal term skipped on every step, not only the first from the start weights"),
 ]
 
 

@@ -305,3 +305,13 @@ def test_lpsfed_pruning_refuses_a_run_it_cannot_rebuild(tmp_path):
     (tmp_path / "checkpoint.pt").write_bytes(b"")
     with pytest.raises(SystemExit, match="not an LPSFed run"):
         pr.load_run_models(tmp_path, tmp_path)
+
+
+def test_bench_peers_targets_compare_fedprox_with_fedavg_in_the_same_run():
+    """Issue #68: FedProx's training time within 1.15x FedAvg's, computed from the run's own numbers."""
+    targets_met = _script("bench_peers").targets_met
+    row = {"time_ratio": 0.4, "acc_fgx": 0.79, "acc_peer": 0.79}
+    start = {"fgx_startup_s": 3.0, "fgx_fail_fast_s": 0.2}
+    ok = targets_met({"fedavg": {**row, "train_s_fgx": 2.0}, "fedprox": {**row, "train_s_fgx": 2.2}, "startup": start})
+    slow = targets_met({"fedavg": {**row, "train_s_fgx": 2.0}, "fedprox": {**row, "train_s_fgx": 2.4}, "startup": start})
+    assert ok["fgx.fedprox/fedavg=1.100<=1.15"] is True and slow["fgx.fedprox/fedavg=1.200<=1.15"] is False

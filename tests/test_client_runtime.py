@@ -4,6 +4,7 @@ fgx/federation), no string-key plug-ins on client state and no capability probin
 from __future__ import annotations
 
 import ast
+import copy
 import inspect
 import io
 import re
@@ -255,6 +256,37 @@ def test_an_objectives_term_and_gradient_hook_act_in_the_loop(tmp_path):
     s.model.load_state_dict(start)
     big = local_training(s, 1, None, torch.Generator().manual_seed(0), Big())
     assert big.term > 0 and big.loss == pytest.approx(big.ce + big.term, rel=1e-6) and big.ce == pytest.approx(plain.ce)
+
+
+def test_a_term_that_vanishes_at_the_start_weights_is_skipped_on_the_first_step_only(tmp_path, monkeypatch):
+    """FedProx's term is zero with its gradient at the weights the clients load: the loop skips it on the first
+    step from them (issue #68's speed), and a local update is then bit for bit what computing it gives; the
+    later steps still compute it (their term is positive and moves the weights)."""
+    from fgx.algorithms.fedprox import Proximal
+    from fgx.federation.client import local_update
+
+    job = build(tmp_path, "algorithm=fedprox", "algorithm.mu=5.0", "model=gcn", "model.dropout=0",
+                "algorithm.local_steps=3")
+    state = job.algo.states[0]
+    weights = {k: v.clone() for k, v in state.model.state_dict().items()}
+    optimiser = copy.deepcopy(state.optimizer.state_dict())
+    calls = []
+    real = Proximal.term
+    monkeypatch.setattr(Proximal, "term", lambda self, s, step: calls.append(1) or real(self, s, step))
+
+    def update(vanishes: bool, mu: float = 5.0):
+        monkeypatch.setattr(Proximal, "vanishes_at_start", vanishes)
+        calls.clear()
+        state.optimizer.load_state_dict(copy.deepcopy(optimiser))
+        u = local_update(state, weights, job.algo.params, 0, Proximal(mu, weights))
+        return u, len(calls), {k: v.clone() for k, v in state.model.state_dict().items()}
+
+    (skipped, n_skipped, w_skipped), (computed, n_computed, w_computed) = update(True), update(False)
+    assert (n_skipped, n_computed) == (2, 3)
+    assert all(torch.equal(w_skipped[k], w_computed[k]) for k in w_computed)
+    assert (skipped.loss.loss, skipped.loss.ce, skipped.loss.term) == (computed.loss.loss, computed.loss.ce, computed.loss.term)
+    _, _, w_plain = update(True, mu=0.0)
+    assert skipped.loss.term > 0 and any(not torch.equal(w_skipped[k], w_plain[k]) for k in w_plain)
 
 
 @pytest.mark.parametrize("algorithm,model", [("fedsage_plus", "sage"), ("ce_fedgnn", "gcn"), ("adafgl", "gcn"),

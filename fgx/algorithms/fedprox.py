@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from fgx.algorithms.fedavg import FedAvg, FedAvgParams
 from fgx.config import spec
 from fgx.federation.client import Objective
+from fgx.federation.robust import flatten
 from fgx.registry import ALGORITHMS
 
 
@@ -22,6 +23,7 @@ class Proximal(Objective):
     """(mu/2)·||w - w_global||², w_global (``anchor``: name -> tensor) the weights the round started from."""
     mu: float
     anchor: dict
+    vanishes_at_start = True     # the anchor is what the clients load
 
     def term(self, state, step):
         return 0.5 * self.mu * sum(((w - self.anchor[n]) ** 2).sum() for n, w in state.model.named_parameters())
@@ -51,8 +53,7 @@ class FedProx(FedAvg):
         each received update, mean over clients, against the mean training loss."""
         mean, stats = super().aggregate(chosen, updates, r)
         names = {n for n, _ in self.global_model.named_parameters()}
-        prox = [0.5 * self.params.mu * sum(float(v.double().pow(2).sum()) for k, v in d.items() if k in names)
-                for d in self.received[1]]
-        if prox and stats["loss"] == stats["loss"]:
-            stats["regulariser_share"] = (sum(prox) / len(prox)) / max(abs(stats["loss"]), 1e-30)
+        if self.received[1] and stats["loss"] == stats["loss"]:
+            vecs, _ = flatten([{k: v for k, v in d.items() if k in names} for d in self.received[1]])
+            stats["regulariser_share"] = 0.5 * self.params.mu * float(vecs.double().square().sum(1).mean()) / max(abs(stats["loss"]), 1e-30)
         return mean, stats

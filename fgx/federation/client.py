@@ -177,6 +177,9 @@ class Objective:
     #: None where ``batched_term`` is this objective over a batch of clients (executor=batched then trains
     #: them at once); otherwise why it has no batched form (executor=batched runs its clients one by one)
     unbatched: str | None = None
+    #: True where ``term`` and its gradient are exactly zero at the start weights the server sent (a proximal
+    #: term anchored at them): the first step from those weights skips it (the same arithmetic, less work)
+    vanishes_at_start: bool = False
 
     def start(self, state: ClientState, weights: dict[str, torch.Tensor] | None) -> "Objective":
         """The objective of client ``state`` this round, before ``weights`` (the start weights the server
@@ -271,7 +274,8 @@ def sampled_forward(state: ClientState, seeds: torch.Tensor, fanouts: list[int],
 
 
 def local_training(state: ClientState, steps: int, batch_size: int | None, generator: torch.Generator,
-                   objective: Objective = NO_OBJECTIVE, fanouts: list[int] | None = None) -> LocalLoss:
+                   objective: Objective = NO_OBJECTIVE, fanouts: list[int] | None = None,
+                   at_start_weights: bool = False) -> LocalLoss:
     r"""The one local-training loop: ``steps`` optimiser steps on
 
     .. math::
@@ -288,6 +292,8 @@ def local_training(state: ClientState, steps: int, batch_size: int | None, gener
         generator: the client's batch (and neighbour-sampling) generator.
         objective: the method's part (fgx.federation.client.Objective); the default adds nothing.
         fanouts: with a batch: each step on the sampled L-hop subgraph of its batch (neighbours per hop).
+        at_start_weights: the model holds exactly the weights the server sent (an objective that
+            ``vanishes_at_start`` then adds no term to the first step).
     Returns:
         LocalLoss: the means over steps of the loss, the cross-entropy and the term (NaN without
         training items: then nothing is trained)."""
@@ -322,7 +328,7 @@ def local_training(state: ClientState, steps: int, batch_size: int | None, gener
             batch = Step(logits, items, y, rep)
             out = logits[items]
         ce = nn.functional.cross_entropy(out, y, weight=weight)
-        term = objective.term(state, batch)
+        term = None if step == 0 and at_start_weights and objective.vanishes_at_start else objective.term(state, batch)
         loss = ce if term is None else ce + term
         loss.backward()
         objective.before_step(state)
@@ -356,6 +362,6 @@ def local_update(state: ClientState, weights: dict[str, torch.Tensor] | None, p:
     if weights is not None:
         state.model.load_state_dict(weights, strict=False)
     g = torch.Generator().manual_seed(round_seed + state.cid)
-    loss = local_training(state, steps_per_round(state, p), p.batch_size, g, own, p.fanouts)
+    loss = local_training(state, steps_per_round(state, p), p.batch_size, g, own, p.fanouts, weights is not None)
     delta = state_delta(state.model.state_dict(), weights) if weights is not None else None
     return ClientUpdate(delta, loss, own.finish(state, delta))

@@ -25,9 +25,15 @@ def test_stats_reports_table3_columns(tmp_path, capsys, monkeypatch):
     s = json.loads(capsys.readouterr().out)
     assert abs(s["edges"] - 10_000) <= 20 and s["clients"] == 4 and s["source"] == "generated"
     assert s["ls_ratio"] >= 1.0 and 0 < s["share_crossing_banks"]["laundering"] <= 1
-    assert sum(s["laundering_edges_per_typology"].values()) == s["laundering_edges"]
-    assert set(s["laundering_edges_per_typology"]) <= {"fan_out", "fan_in", "cycle", "scatter_gather",
-                                                       "gather_scatter", "bipartite", "stack", "random"}
+    pat = s["patterns"]
+    per = pat["per_typology"]
+    assert pat["source"] == "Patterns.csv" and pat["in_no_pattern"] == 0      # the generator plants every one
+    assert sum(v["transactions"] for v in per.values()) == pat["in_patterns"] == s["laundering_edges"]
+    assert sum(v["patterns"] for v in per.values()) == pat["patterns"] > 0
+    assert sum(v["over_one_day"] for v in per.values()) == pat["patterns_over_one_day"] <= pat["patterns"]
+    assert set(per) <= {"fan_out", "fan_in", "cycle", "scatter_gather", "gather_scatter", "bipartite", "stack", "random"}
+    assert main(["data", "stats", "aml_tiny", "dataset.scale=0.5"]) == 0
+    assert "patterns: per_typology: " in capsys.readouterr().out
     with pytest.raises(SystemExit, match="not an AML dataset"):
         main(["data", "stats", "karate"])
 

@@ -24,7 +24,8 @@ def register(sub) -> None:
     g.set_defaults(func=generate)
 
     s = tools.add_parser("stats", help="Table-3-style statistics: nodes, edges, clients, L/S, illicit ratio, "
-                                       "laundering edges per typology, share crossing banks")
+                                       "share crossing banks, laundering patterns per typology (fgx's Patterns.csv "
+                                       "or AMLworld's <name>_Patterns.txt beside the CSV)")
     s.add_argument("dataset", help="a conf/dataset name (aml_tiny, aml_hi_small, ...) or a path to a CSV")
     s.add_argument("overrides", nargs="*", help="dataset.KEY=VALUE / partitioner.KEY=VALUE overrides")
     s.add_argument("--clients", type=int, default=None, help="by_bank clients (default: the paper's for the preset)")
@@ -81,7 +82,7 @@ def _load(args):
 def table3_stats(ds, num_clients: int) -> dict:
     import torch
 
-    from fgx.data.aml.cache import read_patterns
+    from fgx.data.aml.patterns import pattern_stats
     from fgx.partition.base import build_clients, partition_stats
     from fgx.partition.by_bank import ByBankParams, by_bank
 
@@ -102,10 +103,20 @@ def table3_stats(ds, num_clients: int) -> dict:
                                  if y.any() else None},
         "split_edges": info.extra.get("split_edges"),
     }
-    pat = read_patterns(Path(info.extra["file"])) if info.extra.get("file") else None
+    pat = pattern_stats(Path(info.extra["file"]), out["laundering_edges"]) if info.extra.get("file") else None
     if pat is not None:
-        out["laundering_edges_per_typology"] = {str(k): int(v) for k, v in pat["typology"].value_counts().sort_index().items()}
+        out["patterns"] = pat
     return out
+
+
+def _rows(name: str, val) -> list[tuple[str, str]]:
+    """Table rows of a statistic: nested dicts flattened to ``a: b`` names; a dict of numbers only
+    (one typology's counts) on one line."""
+    if not isinstance(val, dict):
+        return [(name, str(val))]
+    if val and not any(isinstance(v, dict) for v in val.values()) and name.count(":") >= 2:
+        return [(name, ", ".join(f"{a} {b}" for a, b in val.items()))]
+    return [row for kk, vv in val.items() for row in _rows(f"{name}: {kk}", vv)]
 
 
 def stats(args) -> int:
@@ -131,10 +142,7 @@ def stats(args) -> int:
     for k, val in s.items():
         if k in ("dataset", "source", "file"):
             continue
-        if isinstance(val, dict):
-            for kk, vv in val.items():
-                t.add_row(f"{k}: {kk}", str(vv))
-        else:
-            t.add_row(k, str(val))
+        for name, text in _rows(k, val):
+            t.add_row(name, text)
     Console().print(t)
     return 0

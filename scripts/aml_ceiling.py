@@ -100,7 +100,8 @@ def plot(curves: list[dict], path: Path) -> None:
 
     panels = [("test", "f1_minority", "test minority-class F1"), ("val", "f1_minority", "validation minority-class F1"),
               ("test", "pr_auc", "test PR-AUC"), ("test", "roc_auc", "test ROC-AUC")]
-    fig, axes = plt.subplots(2, 2, figsize=(10, 7))
+    rows = (len(curves) + 1) // 2       # the legend below the panels, two labels a row
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7 + 0.25 * rows))
     for ax, (split, metric, title) in zip(axes.flat, panels):
         for c in curves:
             pts = [p for p in c["points"] if (p.get(split) or {}).get(metric) is not None]
@@ -109,9 +110,10 @@ def plot(curves: list[dict], path: Path) -> None:
         ax.set_xscale("log")
         ax.set_xlabel("optimiser steps per client")
         ax.grid(alpha=0.3)
-    axes[0, 0].legend(fontsize=7)
+    handles, labels = axes[0, 0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="lower center", ncol=2, fontsize=7, frameon=False)
     fig.suptitle("GINe on generated HI-Small (1 laundering transaction in 981); labels name the data scale")
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.025 * rows, 1, 1))
     fig.savefig(path, dpi=110)
 
 

@@ -293,6 +293,20 @@ def test_a_spot_check_compares_every_recorded_number_and_ignores_metrics_the_rec
         ["final.f1_minority 0.25 → 0.5"]
 
 
+def test_a_spot_checks_command_names_no_folder_of_the_machine_that_ran_it(tmp_path, monkeypatch):
+    """The command a carried-over record keeps (``verified.by``) writes an absolute data root as <data root>,
+    as the runs' own commands do; a relative one stays as typed."""
+    from fgx.tables.spotcheck import stored_command
+
+    monkeypatch.setenv("FGX_DATA_DIR", str(tmp_path / "default"))
+    root = tmp_path / "data"
+    cmd = f"fgx repro t seed=0 data_dir={root} --spot-check"
+    assert stored_command(cmd, [f"data_dir={root}"]) == "fgx repro t seed=0 data_dir=<data root> --spot-check"
+    assert stored_command("fgx repro t seed=0 --spot-check", None) == "fgx repro t seed=0 --spot-check"
+    rel = "fgx repro t seed=0 data_dir=../shared/data --spot-check"
+    assert stored_command(rel, ["data_dir=../shared/data"]) == rel
+
+
 def test_a_spot_check_never_verifies_with_runs_of_other_code(tiny, monkeypatch, capsys):
     """A spot-check folder that already holds reruns (an earlier check) made with other code: they are
     made again (the trainer's resume checks the code), and were one kept, the check refuses it."""

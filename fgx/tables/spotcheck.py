@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgx.tables.errors import TablesError
-from fgx.tables.records import code_staleness, load_record, provenance, record_lock, write_record
+from fgx.tables.records import code_staleness, load_record, portable, provenance, record_lock, write_record
 
 TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
 COMPARED = ("final", "best", "best_client")
@@ -118,8 +118,17 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
             if load_record(conf, name) != record:   # another job recorded into it while the reruns ran
                 raise TablesError(f"{name}: results/{name}.json changed while the spot check ran (another "
                                   f"job wrote it); nothing carried over: spot-check again")
-            res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, command, res))
+            res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, stored_command(command, overrides), res))
     return res
+
+
+def stored_command(command: str, overrides: list[str] | None) -> str:
+    """The spot check's command as a record keeps it: its data root written ``<data root>`` (no folder of
+    one machine in a committed record, as ``portable`` does for the runs' own commands)."""
+    from fgx.config import default_data_dir
+
+    roots = [o.split("=", 1)[1] for o in overrides or [] if o.startswith("data_dir=")] + [str(default_data_dir())]
+    return portable({"by": command}, roots)["by"]
 
 
 def carried_over(record: dict, rerun: dict[str, dict], configs: dict, seed: str, command: str,

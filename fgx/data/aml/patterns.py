@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fgx.data.aml.cache import PATTERNS_FILE
+from fgx.data.aml.cache import PATTERNS_FILE, read_patterns
 from fgx.data.aml.schema import TYPOLOGIES
 from fgx.data.base import DataError
 
@@ -66,7 +66,7 @@ def read_kaggle_patterns(path: Path) -> pd.DataFrame:
 
 def read_generated_patterns(trans_csv: Path) -> pd.DataFrame:
     """fgx's sidecar with each laundering row's calendar date from the transactions file."""
-    side = pd.read_csv(Path(trans_csv).parent / PATTERNS_FILE)
+    side = read_patterns(trans_csv)
     stamps = pd.read_csv(trans_csv, usecols=["Timestamp"], dtype=str)["Timestamp"].to_numpy()
     return pd.DataFrame({"pattern": side["pattern"], "typology": side["typology"],
                          "day": [s[:10] for s in stamps[side["row"].to_numpy()]]})

@@ -283,12 +283,21 @@ def test_a_spot_check_carries_a_stale_record_over_only_when_every_number_is_the_
 def test_a_spot_check_compares_every_recorded_number_and_ignores_metrics_the_record_predates():
     """A rerun's metric the record lacks (one added to fgx since, like pr_auc) is no recorded number; a
     recorded number the rerun lacks or gives otherwise is a difference."""
-    from fgx.tables.spotcheck import compare
+    from fgx.tables.spotcheck import compare, retired
 
     recorded = {"final": {"accuracy": 0.5, "f1_minority": 0.25}, "best": {"round": 3}}
     assert compare(recorded, {"final": {"accuracy": 0.5, "f1_minority": 0.25, "pr_auc": 0.1},
                               "best": {"round": 3}}) == (3, 0.0, [])
-    assert compare(recorded, {"final": {"accuracy": 0.5}, "best": {"round": 3}})[2] == ["final.f1_minority only recorded"]
+    # on a binary task (today's rerun reports pr_auc there) a recorded f1_minority the rerun lacks differs
+    assert compare(recorded, {"final": {"accuracy": 0.5, "pr_auc": 0.3}, "best": {"round": 3}})[2] == \
+        ["final.f1_minority only recorded"]
+    # a rerun with no binary-only metric at that state ran a multi-class task: the recorded f1_minority is
+    # retired (fgx computes it on binary tasks only), not a difference; any other missing number still is
+    assert compare(recorded, {"final": {"accuracy": 0.5}, "best": {"round": 3}}) == (3, 0.0, [])
+    assert retired(recorded, {"final": {"accuracy": 0.5}, "best": {"round": 3}}) == {"f1_minority"}
+    assert compare(recorded, {"final": {"f1_macro": 0.5}, "best": {"round": 3}})[2] == ["final.accuracy only recorded"]
+    assert compare({**recorded, "status": "completed"}, {**recorded, "status": "diverged"})[2] == \
+        ["status completed → diverged"]
     assert compare(recorded, {"final": {"accuracy": 0.5, "f1_minority": 0.5}, "best": {"round": 3}})[2] == \
         ["final.f1_minority 0.25 → 0.5"]
 
@@ -429,3 +438,94 @@ def test_no_committed_ordering_is_decided_without_an_evaluation_data_term(name, 
             assert c.test.data != NO_DATA and math.isfinite(c.test.se_items), c.what
         if c.test.data == NO_DATA:
             assert c.outcome == "inconclusive" and c.test.p is None, c.what
+
+
+def test_a_cell_whose_rerun_diverges_replaces_its_record_and_the_table_reads_diverged(tiny, capsys):
+    """A diverged run is a cell of the record: `--record` replaces the cell's earlier completed run with it
+    (else a table whose rerun diverges would keep its old runs and stay stale forever), the checks that
+    need its row say "diverged" (not "not run", never "holds"), and a spot check compares its status and
+    where it diverged."""
+    from fgx.tables.run import record_result
+
+    path = tiny / "results" / "tiny.json"
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "ok")]) in (0, 1)
+    assert {e["summary"]["status"] for e in json.loads(path.read_text())["runs"]} == {"completed"}
+    exp = tiny / "conf" / "experiment" / "tiny.yaml"
+    exp.write_text(TINY_TABLE.replace("lr: 0.01", "lr: 100"))      # today's preset: every run blows up
+    capsys.readouterr()
+    before = path.read_text()
+    assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot")]) == 1
+    assert "status completed → diverged" in capsys.readouterr().out
+    assert path.read_text() == before                                # nothing carried over
+
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "div")]) == 1
+    runs = json.loads(path.read_text())["runs"]
+    assert len(runs) == 4 and {e["summary"]["status"] for e in runs} == {"diverged"}
+    assert all(e["summary"]["diverged"]["round"] >= 1 for e in runs)
+    res = record_result(tiny / "conf", "tiny")
+    assert res.stale == [] and res.status == "diverged"
+    (order,) = [c for c in res.checks if c.kind == "ordering"]
+    assert order.outcome == "diverged" and "fedavg_gcn (2 seed(s), every one)" in order.fgx
+    assert "4 run(s) diverged" in res.problems
+
+    rec = json.loads(path.read_text())        # the diverged record, spot-checked at "other" code
+    for e in rec["runs"]:
+        e["code"]["files"]["fgx/models/gcn.py"] = "000000000000"
+    tampered = json.loads(json.dumps(rec))
+    tampered["runs"][0]["summary"]["diverged"]["loss"] *= 2
+    path.write_text(json.dumps(tampered))
+    capsys.readouterr()
+    assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot2")]) == 1
+    assert "diverged.loss" in capsys.readouterr().out
+    path.write_text(json.dumps(rec))
+    assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot3")]) == 0
+    assert record_result(tiny / "conf", "tiny").stale == []
+
+
+def test_a_row_where_some_seeds_diverged_is_compared_on_the_rest_and_says_so():
+    from fgx.report.runs import Run
+    from fgx.tables.checks import table_from_runs
+
+    def run(method, seed, acc=None):
+        s = {"status": "completed" if acc is not None else "diverged", "main_metric": "accuracy", "seed": seed,
+             "final": {"accuracy": 0.1 if acc is None else acc}}
+        if acc is None:
+            s["diverged"] = {"round": 2, "loss": 1e9, "reference": 1.0}
+        return Run(Path(f"r/{method}{seed}"), s["status"], {"method": method, "seed": str(seed)}, s)
+
+    t = {"paper": "P", "item": "I", "data": "d", "metric": "accuracy", "by": ["method"],
+         "rows": [{"where": {"method": "b"}, "paper": 0.5, "tolerance": 0.1},
+                  {"where": {"method": "z"}, "paper": 0.5, "tolerance": 0.1}],
+         "ordering": [{"key": "method", "order": ["a", "c"]}]}
+    runs = [run("a", s, 0.8 + s / 100) for s in range(3)] + [run("b", s) for s in range(3)] + \
+        [run("c", 0), run("c", 1, 0.5), run("c", 2, 0.52)]
+    res = table_from_runs("x", t, runs)
+    by_what = {c.what: c for c in res.checks}
+    assert by_what["accuracy of method=b"].outcome == "diverged"
+    assert by_what["accuracy of method=z"].outcome == "not run"       # never ran: not the same thing
+    (order,) = [c for c in res.checks if c.kind == "ordering"]
+    assert order.test.n == 2                                           # c's diverged seed is not paired
+    assert any("method=c: 1 of 3" in n for n in res.notes)
+    assert "| c | 2 |" in res.table_markdown
+
+
+def test_a_spot_check_retires_a_binary_only_metric_an_older_record_held_on_a_multi_class_task(tiny, capsys):
+    """csbm is multi-class: today's runs report no f1_minority. A record made when fgx still did carries
+    over once every other number is equal, with that metric dropped from every run of the row."""
+    assert main(["repro", "tiny", "--record", "--out", str(tiny / "out")]) in (0, 1)
+    path = tiny / "results" / "tiny.json"
+    rec = json.loads(path.read_text())
+    for e in rec["runs"]:
+        e["code"]["files"]["fgx/models/gcn.py"] = "000000000000"
+        e["summary"]["final"]["f1_minority"] = 0.3
+        e["summary"]["best"]["test"]["f1_minority"] = 0.3
+        e["summary"]["sampling_se"]["f1_minority"] = 0.01
+    path.write_text(json.dumps(rec))
+    capsys.readouterr()
+    assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot")]) == 0
+    assert "retired" in capsys.readouterr().out
+    carried = json.loads(path.read_text())
+    assert "f1_minority" not in json.dumps([e["summary"] for e in carried["runs"]])
+    assert all(e["verified"]["retired"] == ["f1_minority"] for e in carried["runs"])
+    assert [e["summary"]["final"]["accuracy"] for e in carried["runs"]] == \
+        [e["summary"]["final"]["accuracy"] for e in rec["runs"]]

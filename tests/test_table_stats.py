@@ -747,7 +747,8 @@ def test_a_table_without_a_metric_takes_the_first_and_orderings_without_one_take
     assert res.extra["metric"] == "accuracy" and [c.what for c in res.checks] == ["accuracy: x ≥ y"]
     res = table_from_runs("t", {"by": ["method"], "metric": "accuracy",
                                 "rows": [{"where": {"method": "w"}, "paper": 0.5}]}, [_run("z", 0, 0.1, status="failed")])
-    assert res.checks == []
+    # no completed run: the paper value is still a check, "not run" (it cannot read as nothing to check)
+    assert [(c.what, c.outcome) for c in res.checks] == [("accuracy of method=w", "not run")]
 
 
 # -- the ordering test's error rates, by simulation (fgx/tables/stats.py; docs/tables.md) --------------

@@ -98,6 +98,8 @@ def _spot_check(conf: Path, args) -> int:
     for d in res.differences:
         print(f"  differs: {d}")
     if res.ok:
+        for r in res.retired:
+            print(f"  retired (a binary-only metric the record held on a multi-class task; dropped): {r}")
         print(f"same numbers: the record now carries today's code and config fingerprints ({res.written})")
         return 0
     print(f"not carried over: run `fgx repro {args.name} --record` again")

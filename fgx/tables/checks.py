@@ -7,7 +7,9 @@ equalities (two rows within a tolerance on every paired seed: one computation do
 over the trivial predictor; equal effort (every method given its values the same way); rows that differ
 in outcome; and, shown, whether the methods were still improving at the end of the protocol.
 "reproduced" needs at least one paper value, ordering or equality that holds; a row the record lacks is
-"not run".
+"not run"; a row whose every recorded seed diverged (fgx/divergence.py) is "diverged": it ran, and its
+numbers are no result. Diverged runs are in no mean and no paired test; a row where only some seeds
+diverged is compared on its completed seeds, and a note says how many diverged.
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ class Check:
     paper: str
     fgx: str
     ok: bool | None          # True: holds; False: fails; None: shown only, inconclusive or not run (see outcome)
-    outcome: str = ""        # holds | fails | inconclusive | not run | shown
+    outcome: str = ""        # holds | fails | inconclusive | diverged | not run | shown
     kind: str = "paper"
     test: Paired | None = field(default=None, repr=False, compare=False)   # an ordering's test
 
@@ -71,7 +73,7 @@ class ReproResult:
         if all(c.outcome == "holds" for c in decided):
             return "all checks hold"
         parts = [f"{self.count('holds')}/{len(decided)} checks hold"]
-        parts += [f"{self.count(o)} {o}" for o in ("fails", "inconclusive", "not run") if self.count(o)]
+        parts += [f"{self.count(o)} {o}" for o in ("fails", "diverged", "inconclusive", "not run") if self.count(o)]
         return ", ".join(parts)
 
     @property
@@ -91,6 +93,8 @@ class ReproResult:
             return "refused"
         if "fails" in outcomes:
             return "not reproduced"
+        if "diverged" in outcomes:
+            return "diverged"
         if "not run" in outcomes:
             return "incomplete"
         if "inconclusive" in outcomes:
@@ -100,7 +104,7 @@ class ReproResult:
         return "runs as expected"
 
 
-STATUSES = ("reproduced", "runs as expected", "inconclusive", "incomplete", "not reproduced", "refused", "stale",
+STATUSES = ("reproduced", "runs as expected", "inconclusive", "incomplete", "not reproduced", "diverged", "refused", "stale",
             "not yet run", "shown only")
 
 
@@ -215,7 +219,7 @@ def compare(rep, t: dict, metric: str) -> list[Check]:
         paper = row.get("paper")
         paper_s = "-" if paper is None else f"{paper:.4f}" if isinstance(paper, (int, float)) else str(paper)
         if not hit:
-            checks.append(Check(f"{metric} of {label}", paper_s, "no completed run", None, "not run"))
+            checks.append(_absent(rep, f"{metric} of {label}", paper_s, [label], [where], "paper"))
             continue
         _, mean, std, n = hit[0]
         tol = row.get("tolerance")
@@ -256,7 +260,7 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
     chosen = _chosen_rows(rep, selectors, metric)
     missing = [labels[i] for i in range(len(selectors)) if i not in chosen]
     if missing:
-        return [Check(f"{title}{scope}", sign.join(labels), f"not run: {missing}", None, "not run", kind="ordering")]
+        return [_absent(rep, f"{title}{scope}", sign.join(labels), labels, selectors, "ordering", chosen)]
     shift = margin if not lower else -margin
     slack = "" if not margin else (f" − {margin:g}" if not lower else f" + {margin:g}")
     out = []
@@ -269,6 +273,35 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
         claim = f"{a}{sign}{b}{slack}"
         out.append(Check(f"{metric}: {claim}{scope}", claim, p.describe(), ok, p.outcome, kind="ordering", test=p))
     return out
+
+
+def diverged_seeds(rep, sel: dict[str, str] | None = None) -> dict[tuple, int]:
+    """Per group of the report (its by-values) with diverged runs, how many; only the groups that
+    ``sel`` matches when given."""
+    from fgx.report.runs import group_label
+
+    out: dict[tuple, int] = {}
+    for r in rep.problems:
+        if r.status != "diverged":
+            continue
+        key = tuple(str(x) for x in group_label(r, rep.by))
+        g = dict(zip(rep.by, key))
+        if sel is None or all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
+            out[key] = out.get(key, 0) + 1
+    return out
+
+
+def _absent(rep, what: str, claim: str, labels: list[str], selectors: list[dict], kind: str,
+            chosen: dict | None = None, suffix: str = "") -> Check:
+    """The check of rows the table has no completed run of: "diverged" where such a row's runs all
+    diverged (they ran; their numbers are no result), else "not run" (the record lacks the row)."""
+    absent = [i for i in range(len(selectors)) if i not in (chosen or {})]
+    div = {labels[i]: sum(diverged_seeds(rep, selectors[i]).values()) for i in absent}
+    gone = [f"{lab} ({n} seed(s), every one)" for lab, n in div.items() if n]
+    if gone:
+        return Check(what, claim, f"diverged: {', '.join(gone)}{suffix}", None, "diverged", kind=kind)
+    text = "no completed run" if kind == "paper" else f"not run: {[labels[i] for i in absent]}{suffix}"
+    return Check(what, claim, text, None, "not run", kind=kind)
 
 
 def _chosen_rows(rep, selectors: list[dict[str, str]], metric: str) -> dict[int, tuple[dict, dict]]:
@@ -313,7 +346,7 @@ def equality_checks(rep, e: dict, metric: str) -> list[Check]:
         chosen = _chosen_rows(rep, selectors, m)
         missing = [labels[i] for i in range(2) if i not in chosen]
         if missing:
-            return [Check(what, claim, f"not run: {missing} ({m})", None, "not run", kind="equal")]
+            return [_absent(rep, what, claim, labels, selectors, "equal", chosen, f" ({m})")]
         (_, va), (_, vb) = chosen[0], chosen[1]
         shared = sorted(set(va) & set(vb), key=lambda s: (len(s), s))
         if not shared:
@@ -587,6 +620,18 @@ def equal_rows_checks(record: dict, sweep: dict) -> list[Check]:
     return out
 
 
+def _partly_diverged(rep) -> list[str]:
+    """A note naming the rows where some seeds diverged and others completed: their means and paired
+    tests use the completed seeds only, which flatters them."""
+    done = {tuple(str(x) for x in row[rep.by]): int(row["n"]) for _, row in rep.table.iterrows()}
+    part = [(k, n) for k, n in diverged_seeds(rep).items() if k in done]
+    if not part:
+        return []
+    rows = "; ".join(f"{', '.join(f'{b}={v}' for b, v in zip(rep.by, k))}: {n} of {n + done[k]}" for k, n in part)
+    return [f"Seeds that diverged in rows that also completed (not in their means, not paired; a row's mean over "
+            f"the seeds that completed flatters it): {rows}."]
+
+
 def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     """The table (mean ± std per group) and the checks of ``t`` over ``runs`` (run directories or a
     record's runs). ``{main}`` in a metric name stands for the runs' main metric."""
@@ -601,10 +646,12 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     metrics = ([metric] if metric else []) + list(dict.fromkeys(extra))
     rep = build_report(runs, by=t.get("by"), metrics=metrics or None)
     metric = metric or rep.metrics[0] if rep.metrics else metric
-    checks = compare(rep, t, metric) if rep.metrics else []
+    # with no completed run the checks still run: each says its rows diverged or were not run
+    checks = compare(rep, t, metric) if metric else []
     if t.get("floor") is not None and rep.metrics:
         checks += floor_checks(rep, runs, metric, float(t["floor"]))
     res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep))
+    res.notes += _partly_diverged(rep)
     res.extra = {"table": json.loads(rep.table.to_json(orient="records")), "metric": metric}
     if t.get("ordering"):
         res.notes.append(f"Orderings: {TEST_NAME} (docs/tables.md). Seeds are paired (same partition, split and "

@@ -29,7 +29,7 @@ from fgx.report.runs import IGNORED_OVERRIDES, Run
 # summary.json keys a record keeps (per-client lists and run-directory paths stay in the run directory)
 SUMMARY_KEYS = ("status", "main_metric", "final", "best", "best_client", "privacy", "unlearning", "threat", "total_bytes",
                 "wall_time_s", "train_time_s", "peak_rss_mb", "seed", "components", "data", "config_sha",
-                "sampling_se", "sampling", "rounds")
+                "sampling_se", "sampling", "rounds", "diverged")
 PROVENANCE_KEYS = ("command", "launched_by", "commit", "dirty", "date", "machine", "code")
 _DROP_NESTED = {"best": ("per_client",), "best_client": ("rounds",)}
 
@@ -90,7 +90,7 @@ def write_record(conf: Path, name: str, record: dict) -> Path:
 
 
 def run_entry(run: Run, collected_by: dict) -> dict:
-    """A record entry for one completed run. Its provenance is the run's own (summary.json, written when
+    """A record entry for one completed or diverged run. Its provenance is the run's own (summary.json, written when
     the run finished): a table resumed or collected later never restamps an earlier run. A run made before
     fgx wrote per-run provenance keeps the collecting command's, marked ``provenance: collected``."""
     summary = {k: run.summary[k] for k in SUMMARY_KEYS if k in run.summary}

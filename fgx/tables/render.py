@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from fgx.tables.checks import ReproResult
 
-MARK = {"holds": "✓ holds", "fails": "✗ fails", "inconclusive": "? inconclusive", "not run": "– not run", "shown": "· (shown)"}
+MARK = {"holds": "✓ holds", "fails": "✗ fails", "inconclusive": "? inconclusive", "diverged": "↯ diverged", "not run": "– not run", "shown": "· (shown)"}
 
 
 def markdown(res: ReproResult, heading: bool = True) -> str:

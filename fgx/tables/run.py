@@ -173,8 +173,10 @@ def identical_rows(name: str) -> list[str]:
 
 
 def collect(conf: Path, name: str, run_root: Path, command: str) -> tuple[list[dict], dict, list[str]]:
-    """Record entries for the completed runs under ``run_root`` that are cells of the table as the
-    preset defines them (a run whose config was changed by extra overrides is not a table cell)."""
+    """Record entries for the completed and the diverged runs under ``run_root`` that are cells of the
+    table as the preset defines them (a run whose config was changed by extra overrides is not a table
+    cell). A diverged run is a cell: it replaces an earlier run of that cell, so a record says what today's
+    code does there (the tables leave it out of every mean and say so); failed or unfinished runs are not."""
     from omegaconf import OmegaConf
 
     from fgx.config import config_fingerprint
@@ -183,7 +185,7 @@ def collect(conf: Path, name: str, run_root: Path, command: str) -> tuple[list[d
     keys, prov = sweep_keys(conf, name), provenance(command)
     entries, configs, refused = [], {}, []
     for run in find_runs([run_root]):
-        if run.status != "completed":
+        if run.status not in ("completed", "diverged"):
             continue
         cell = {k: v for k, v in run.overrides.items() if k in keys and k != "seed"}
         want, want_sha = cell_config(name, cell)
@@ -245,10 +247,6 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
         res.files.append(path)
     else:
         res = table_from_runs(name, t, _runs(out))
-    diverged = [r for r in _runs(out) if r.status == "diverged"] if entries else []
-    if diverged:     # never in the record (only completed runs are cells): said beside the table
-        from fgx.report.table import Report, problems_text
-        res.problems = (res.problems + "\n" if res.problems else "") + problems_text(Report([], [], None, diverged, diverged))
     if refused:
         res.problems = (res.problems + "\n" if res.problems else "") + \
             "not recorded (not a cell of the table as the preset defines it): " + "; ".join(refused)

@@ -8,6 +8,12 @@ so one seed per row rerun under today's code is the test: every recorded metric 
 within ``TOLERANCE`` (thread-count rounding), every row. Then each run of the record keeps its numbers
 and its own command and date, takes today's code fingerprint and config fingerprint, and says how it
 was carried over (``verified``). One differing number and nothing is written: the table must be rerun.
+
+One kind of number may be missing from a rerun without being a difference: a metric fgx computes on
+binary tasks only (``fgx.metrics.BINARY_ONLY``: f1_minority, pr_auc) that older code also reported on
+multi-class tasks, where it means nothing. A rerun that reports none of those metrics at a model state
+ran a multi-class task; the recorded ones there are retired: dropped from every run of that row, and
+named in ``verified.retired``.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from fgx.tables.errors import TablesError
 from fgx.tables.records import code_staleness, load_record, portable, provenance, record_lock, write_record
 
 TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
-COMPARED = ("final", "best", "best_client")
+COMPARED = ("final", "best", "best_client", "diverged")   # a diverged run: also where and at what loss
 
 
 @dataclass
@@ -31,7 +37,8 @@ class SpotCheck:
     numbers: int = 0                                       # numbers compared in all
     max_diff: float = 0.0
     differences: list[str] = field(default_factory=list)   # "row: metric recorded → now"
-    missing: list[str] = field(default_factory=list)       # rows whose rerun did not complete
+    retired: list[str] = field(default_factory=list)       # "row: metrics" dropped (binary-only, multi-class task)
+    missing: list[str] = field(default_factory=list)       # rows without a rerun (it failed or did not finish)
     written: Path | None = None
 
     @property
@@ -56,8 +63,15 @@ def compare(recorded: dict, rerun: dict) -> tuple[int, float, list[str]]:
     the rerun lacks between a recorded summary and its rerun's. A number only the rerun has is a metric
     the code computes now and the record predates (pr_auc, issue #72): nothing recorded to compare."""
     a, b = _numbers(recorded), _numbers(rerun)
+    gone = retired(recorded, rerun)
     diffs, worst = [], 0.0
+    status = [s.get("status", "completed") for s in (recorded, rerun)]
+    if status[0] != status[1]:      # a run that completed and now diverges (or back) is not the same run
+        diffs.append(f"status {status[0]} → {status[1]}")
+        worst = math.inf
     for k in sorted(a):
+        if k.rsplit(".", 1)[-1] in gone and k not in b:
+            continue
         if k not in b:
             diffs.append(f"{k} only recorded")
             continue
@@ -68,6 +82,27 @@ def compare(recorded: dict, rerun: dict) -> tuple[int, float, list[str]]:
         if not d <= TOLERANCE:
             diffs.append(f"{k} {a[k]:.6g} → {b[k]:.6g}")
     return len(a), worst, diffs
+
+
+def retired(recorded: dict, rerun: dict) -> set[str]:
+    """The binary-only metrics the record holds at a model state where the rerun reports none of them
+    (today's code ran a multi-class task there: the recorded numbers were never meaningful)."""
+    from fgx.metrics import BINARY_ONLY
+
+    a, b = _numbers(recorded), _numbers(rerun)
+    out = set()
+    for k in a:
+        state, _, metric = k.rpartition(".")
+        if metric in BINARY_ONLY and not any(f"{state}.{m}" in b for m in BINARY_ONLY):
+            out.add(metric)
+    return out
+
+
+def _drop(node, metrics: set[str]):
+    """``node`` without any key named in ``metrics``, at any depth."""
+    if isinstance(node, dict):
+        return {k: _drop(v, metrics) for k, v in node.items() if k not in metrics}
+    return node
 
 
 def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
@@ -100,6 +135,7 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
     key = lambda e: json.dumps(e["overrides"], sort_keys=True)
     rerun = {key(e): e for e in entries}
     res = SpotCheck(name, seed)
+    gone: dict[str, set[str]] = {}                     # row -> metrics retired there
     row = lambda e: json.dumps({k: v for k, v in e["overrides"].items() if k != "seed"}, sort_keys=True)
     res.missing += sorted({row(e) for e in record["runs"]} - {row(e) for e in ours})   # rows without this seed
     for e in ours:
@@ -109,6 +145,10 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
             res.missing.append(label)
             continue
         n, worst, diffs = compare(e["summary"], new["summary"])
+        if retired(e["summary"], new["summary"]):
+            gone[row(e)] = retired(e["summary"], new["summary"])
+            res.retired.append(f"{' '.join(f'{k}={v}' for k, v in json.loads(row(e)).items())}: "
+                               f"{', '.join(sorted(gone[row(e)]))}")
         res.compared += 1
         res.numbers += n
         res.max_diff = max(res.max_diff, worst)
@@ -118,7 +158,8 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
             if load_record(conf, name) != record:   # another job recorded into it while the reruns ran
                 raise TablesError(f"{name}: results/{name}.json changed while the spot check ran (another "
                                   f"job wrote it); nothing carried over: spot-check again")
-            res.written = write_record(conf, name, carried_over(record, rerun, configs, seed, stored_command(command, overrides), res))
+            res.written = write_record(conf, name, carried_over(record, rerun, configs, seed,
+                                                                stored_command(command, overrides), res, gone))
     return res
 
 
@@ -132,18 +173,21 @@ def stored_command(command: str, overrides: list[str] | None) -> str:
 
 
 def carried_over(record: dict, rerun: dict[str, dict], configs: dict, seed: str, command: str,
-                 res: SpotCheck) -> dict:
+                 res: SpotCheck, gone: dict[str, set[str]] | None = None) -> dict:
     """Every run of the record with the code and config fingerprints of its row's rerun; its numbers, own
-    command and date are kept, and ``verified`` says how it was carried over."""
+    command and date are kept (less the metrics ``gone`` retires in its row), and ``verified`` says how it
+    was carried over."""
     stamp = provenance(command)
     row = lambda e: json.dumps({k: v for k, v in e["overrides"].items() if k != "seed"}, sort_keys=True)
     by_row = {row(e): e for e in rerun.values()}
     runs = []
     for e in record["runs"]:
-        new = by_row[row(e)]
-        runs.append({**e, "config_sha": new["config_sha"], "code": new.get("code"),
+        new, drop = by_row[row(e)], sorted((gone or {}).get(row(e), ()))
+        runs.append({**e, "summary": _drop(e["summary"], set(drop)), "config_sha": new["config_sha"],
+                     "code": new.get("code"),
                      "verified": {"by": command, "seed": seed, "commit": stamp["commit"], "date": stamp["date"],
-                                  "rows": res.compared, "numbers": res.numbers, "max_abs_diff": res.max_diff}})
+                                  "rows": res.compared, "numbers": res.numbers, "max_abs_diff": res.max_diff,
+                                  **({"retired": drop} if drop else {})}})
     used = {e["config_sha"] for e in runs}
     return {**record, "runs": runs, "configs": {s: c for s, c in {**record.get("configs", {}), **configs}.items()
                                                 if s in used}}

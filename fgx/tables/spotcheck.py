@@ -188,7 +188,8 @@ def carried_over(record: dict, rerun: dict[str, dict], configs: dict, seed: str,
                      "code": new.get("code"),
                      "verified": {"by": command, "seed": seed, "commit": stamp["commit"], "date": stamp["date"],
                                   "rows": res.compared, "numbers": res.numbers, "max_abs_diff": res.max_diff,
-                                  **({"retired": drop} if drop else {})}})
+                                  **({"retired": drop or e["verified"]["retired"]}
+                                     if drop or "retired" in (e.get("verified") or {}) else {})}})
     used = {e["config_sha"] for e in runs}
     return {**record, "runs": runs, "configs": {s: c for s, c in {**record.get("configs", {}), **configs}.items()
                                                 if s in used}}

@@ -123,6 +123,20 @@ def test_rows_still_improving_at_the_end_are_named_under_trained():
     assert "a +0.0200" in notes[0] and "b +0.0000" in notes[0]
     assert len(notes) == 2 and "Still improving at the end (gain > 0.005): a;" in notes[1]
     assert len(progress_notes({"runs": runs[2:]}, sweep)) == 1
+    # a diverged run's curve is no under-training: row a, diverged on both seeds, is not named
+    for e in runs[:2]:
+        e["summary"]["status"] = "diverged"
+    assert progress_notes({"runs": runs}, sweep) == [progress_notes({"runs": runs[2:]}, sweep)[0]]
+
+
+def test_the_seeds_rule_reads_what_a_run_costs_from_runs_that_completed():
+    from fgx.tables.seeds import seeds_note
+
+    done = [{"summary": {"status": "completed", "wall_time_s": 30.0}} for _ in range(3)]
+    stopped = [{"summary": {"status": "diverged", "wall_time_s": 1.0}} for _ in range(5)]
+    text, info = seeds_note({"runs": done + stopped}, {"seed": "0,1,2,3,4"})
+    assert "took 30.0 s" in text and info == {"seeds": 5, "rule": 5, "below": False}
+    assert "took 1.0 s" in seeds_note({"runs": stopped}, {"seed": "0,1,2,3,4"})[0]     # none completed
 
 
 def _record(p) -> tuple:

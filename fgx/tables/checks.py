@@ -580,6 +580,8 @@ def progress_notes(record: dict, sweep: dict, threshold: float = 0.005) -> list[
     key = row_key(sweep) or "table"
     gains: dict[str, list[float]] = {}
     for e in record.get("runs", []):
+        if (e.get("summary") or {}).get("status", "completed") != "completed":
+            continue        # a diverged run's validation curve says nothing of under-training
         g = (e.get("progress") or {}).get("gain_last_10pct")
         if isinstance(g, (int, float)):
             gains.setdefault(e.get("overrides", {}).get(key, "-"), []).append(float(g))

@@ -31,8 +31,10 @@ def seeds_note(record: dict, sweep: dict, stated: str | None = None) -> tuple[st
     n = preset_seeds(sweep)
     if n is None:
         return "", {}
-    walls = [e["summary"]["wall_time_s"] for e in record.get("runs", [])
-             if isinstance((e.get("summary") or {}).get("wall_time_s"), (int, float))]
+    timed = [e for e in record.get("runs", []) if isinstance((e.get("summary") or {}).get("wall_time_s"), (int, float))]
+    # a diverged run stops early: what a run costs is read from those that completed, where any did
+    done = [e for e in timed if e["summary"].get("status", "completed") == "completed"]
+    walls = [e["summary"]["wall_time_s"] for e in done or timed]
     if stated:
         return f"Seeds: {n}, by the preset's rule: {stated}.", {"seeds": n, "rule": None, "below": False}
     if not walls:

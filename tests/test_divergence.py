@@ -81,3 +81,16 @@ def test_a_sweep_lists_its_diverged_jobs_apart_from_failed_ones(tmp_path, monkey
     assert rc == 0 and "1 job(s) diverged" in err and "failed" not in err.split("job(s) diverged")[1], err
     statuses = sorted(json.loads((tmp_path / "sweep" / j / "summary.json").read_text())["status"] for j in "01")
     assert statuses == ["completed", "diverged"]
+
+
+def test_a_run_that_diverged_on_a_non_finite_loss_is_listed_not_a_traceback():
+    """A NaN loss is written to summary.json as null: the table's list of diverged runs still reads it."""
+    from pathlib import Path
+
+    from fgx.report.runs import Run
+    from fgx.report.table import build_report, problems_text
+
+    s = {"status": "diverged", "main_metric": "accuracy", "final": {"accuracy": 0.1},
+         "diverged": {"round": 3, "loss": None, "reference": 1.6}}
+    text = problems_text(build_report([Run(Path("r/a"), "diverged", {"method": "a", "seed": "0"}, s)], by=["method"]))
+    assert "diverged at round 3: loss nan against 1.6" in text

@@ -532,3 +532,26 @@ def test_a_spot_check_retires_a_binary_only_metric_an_older_record_held_on_a_mul
     # a later spot check (nothing left to retire) keeps saying what an earlier one dropped
     assert main(["repro", "tiny", "--spot-check", "--out", str(tiny / "spot")]) == 0
     assert all(e["verified"]["retired"] == ["f1_minority"] for e in json.loads(path.read_text())["runs"])
+
+
+def test_a_row_that_diverged_on_every_seed_does_not_clear_the_floor_by_being_left_out():
+    """link_cora's SCAFFOLD diverges on every seed today: its floor check must say so, not vanish with
+    its row (a check that passes because its row is missing is a defect)."""
+    from fgx.report.runs import Run
+    from fgx.tables.checks import table_from_runs
+
+    def run(method, seed, auc=None):
+        s = {"status": "diverged" if auc is None else "completed", "main_metric": "roc_auc", "seed": seed,
+             "final": {"roc_auc": 0.5 if auc is None else auc}}
+        if auc is None:
+            s["diverged"] = {"round": 11, "loss": None, "reference": 0.69}
+        return Run(Path(f"r/{method}{seed}"), s["status"], {"method": method, "seed": str(seed)}, s)
+
+    t = {"paper": "P", "item": "I", "data": "d", "metric": "roc_auc", "by": ["method"], "floor": 0.1}
+    res = table_from_runs("x", t, [run("fedavg", s, 0.8) for s in range(2)] + [run("scaffold", s) for s in range(2)])
+    floors = {c.what.split(":")[0]: c.outcome for c in res.checks if c.kind == "floor"}
+    assert floors == {"method=fedavg": "holds", "method=scaffold": "diverged"}
+    assert res.count("diverged") == 1
+    # no completed run at all: the floor checks are still there, each diverged
+    res = table_from_runs("x", t, [run("scaffold", s) for s in range(2)])
+    assert [c.outcome for c in res.checks if c.kind == "floor"] == ["diverged"]

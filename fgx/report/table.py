@@ -121,7 +121,7 @@ def problems_text(rep: Report) -> str:
     lines = []
     if diverged:
         lines.append(f"{len(diverged)} run(s) diverged, not in the table ({RULE}; fgx/divergence.py):")
-        lines += [f"  - {r.path} {_label(r)}: {describe(r.summary.get('diverged') or {})}" for r in diverged]
+        lines += [f"  - {r.path} {_label(r)}: {describe(_event(r.summary))}" for r in diverged]
     if other:
         lines.append(f"{len(other)} run(s) not in the table (failed or incomplete):")
         lines += [f"  - {r.path} [{r.status}] {_label(r)}: {r.error or ''}".rstrip(": ") for r in other]
@@ -139,6 +139,15 @@ def readings(rep: Report) -> str:
         if text is not None:
             lines.append(f"{r.path}:" + "".join(f"\n  {t}" for t in text.splitlines()))
     return "\n".join(lines)
+
+
+def _event(summary: dict) -> dict:
+    """A run's divergence event with a non-finite loss (NaN, written to JSON as null) read as NaN."""
+    event = dict(summary.get("diverged") or {})
+    for k in ("loss", "reference"):
+        if k in event and not isinstance(event[k], (int, float)):
+            event[k] = float("nan")
+    return event
 
 
 def _label(r: Run) -> str:

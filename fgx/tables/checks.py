@@ -405,6 +405,11 @@ def floor_checks(rep, runs: list, metric: str, margin: float) -> list[Check]:
         floor = trivial[key(g)] + margin
         what = f"{', '.join(f'{k}={v}' for k, v in g.items())}: {metric} ≥ {label} + {margin:g}"
         out.append(Check(what, f"≥ {floor:.4f}", f"{mean:.4f}", mean >= floor, kind="floor"))
+    done = {key(g) for g, *_ in groups}
+    for k, n in diverged_seeds(rep).items():        # a row with no completed run does not clear any floor
+        if k not in done:
+            what = f"{', '.join(f'{b}={v}' for b, v in zip(rep.by, k))}: {metric} ≥ {label} + {margin:g}"
+            out.append(Check(what, "-", f"diverged: {n} seed(s), every one", None, "diverged", kind="floor"))
     return out
 
 
@@ -650,7 +655,7 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
     metric = metric or rep.metrics[0] if rep.metrics else metric
     # with no completed run the checks still run: each says its rows diverged or were not run
     checks = compare(rep, t, metric) if metric else []
-    if t.get("floor") is not None and rep.metrics:
+    if t.get("floor") is not None and metric:
         checks += floor_checks(rep, runs, metric, float(t["floor"]))
     res = ReproResult(name, t, render(rep, "markdown"), checks, problems_text(rep))
     res.notes += _partly_diverged(rep)

@@ -607,3 +607,23 @@ def test_the_reproduction_doc_counts_decisions_before_and_after_from_the_tally_a
     assert new["counts"]["fails"] == 1 and t["counts"]["fails"] == 0 and new["decision"] == "not reproduced"
     assert row == f"| `tiny` | {t['decision']} | not reproduced | {reason_of_change(t, new)} |"
     assert reason_of_change(t, new).startswith("recorded again (runs 4 → 4, 2 seeds); orderings fails 0 → 1")
+
+
+def test_a_trial_that_diverges_is_a_trial_that_lost_and_never_the_choice(tiny, capsys):
+    """lr 0.01 × {1, 10000}: the 100 point diverges on both seeds. It is recorded as a trial (marked
+    diverged, no value) and the other point is chosen; before, one diverged trial refused the method."""
+    f = tiny / "conf" / "experiment" / "tiny.yaml"
+    f.write_text(TINY_TABLE.replace("times: [1.0, 5.0]", "times: [1.0, 10000.0]")
+                 .replace("bounds: {algorithm.lr: [0.01, 0.05]}", "bounds: {algorithm.lr: [0.01, 100.0]}"))
+    assert main(["tune", "tiny", "--methods", "local_gcn", "--out", str(tiny / "tune")]) == 0
+    rec = json.loads((tiny / "results" / "tiny.tune.json").read_text())["methods"]["local_gcn"]
+    lost = [t for t in rec["trials"] if t["values"]["algorithm.lr"] == 100.0]
+    assert len(lost) == 1 and lost[0]["val"] is None and lost[0]["diverged"] == [0, 1] and lost[0]["seeds"] == [0, 1]
+    assert rec["chosen"] == {"algorithm.lr": 0.01} and rec["val"] is not None
+    # every point diverging leaves nothing to choose: refused, nothing written
+    f.write_text(TINY_TABLE.replace("times: [1.0, 5.0]", "times: [10000.0, 20000.0]")
+                 .replace("bounds: {algorithm.lr: [0.01, 0.05]}", "bounds: {algorithm.lr: [100.0, 200.0]}"))
+    capsys.readouterr()
+    assert main(["tune", "tiny", "--methods", "fedavg_gcn", "--out", str(tiny / "tune2")]) == 2
+    assert "every trial diverged" in capsys.readouterr().err
+    assert "fedavg_gcn" not in json.loads((tiny / "results" / "tiny.tune.json").read_text())["methods"]

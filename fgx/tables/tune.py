@@ -225,21 +225,30 @@ def _run_grid(name: str, m: str, g: Grid, points: list[dict], spec: dict, out: P
                     # one directory per trial (a table's own subdir, e.g. ${method}_s${seed}, would be shared by
                     # every grid point of a method); resume=true skips finished trials
                     "hydra.sweep.subdir=t${hydra.job.num}", "resume=true", *overrides])
-    runs = [r for r in find_runs([out]) if r.status == "completed"]
+    found = find_runs([out])
+    runs = [r for r in found if r.status == "completed"]
     trials = []
     for point in points:
-        hit = [r for r in runs if all(same_value(r.overrides.get(k), v) for k, v in point.items())]
+        at = lambda r: all(same_value(r.overrides.get(k), v) for k, v in point.items())
+        hit = [r for r in runs if at(r)]
+        # a point where a seed diverged ran, and lost: it is a trial (val None, marked), never the choice
+        gone = sorted(int(r.seed) for r in found if r.status == "diverged" and at(r))
         vals = [score(r.summary, spec["select"]) for r in hit]
         vals = [v for v in vals if v is not None]
-        trials.append({"values": point, "val": sum(vals) / len(vals) if vals else None,
-                       "seeds": sorted(int(r.seed) for r in hit)})
-    done = [t for t in trials if t["val"] is not None and len(t["seeds"]) == len(spec["seeds"])]
-    if len(done) < len(trials):
-        raise TablesError(f"{name}/{m}: {len(trials) - len(done)} of {len(trials)} trials did not complete "
+        trial = {"values": point, "val": None if gone or not vals else sum(vals) / len(vals),
+                 "seeds": sorted([int(r.seed) for r in hit] + gone)}
+        trials.append({**trial, "diverged": gone} if gone else trial)
+    ran = [t for t in trials if len(t["seeds"]) == len(spec["seeds"]) and (t["val"] is not None or t.get("diverged"))]
+    if len(ran) < len(trials):
+        raise TablesError(f"{name}/{m}: {len(trials) - len(ran)} of {len(trials)} trials did not complete "
                           f"(see {out}); nothing written for this method")
+    done = [t for t in ran if t["val"] is not None]
+    if not done and not earlier:
+        raise TablesError(f"{name}/{m}: every trial diverged (see {out}); widen the grid towards smaller "
+                          f"steps; nothing written for this method")
     metric = next((r.summary.get("main_metric") for r in runs if r.summary.get("main_metric")), None)
     sign = -1.0 if metric in LOWER_IS_BETTER else 1.0    # mse & co.: the smallest validation value wins
-    pool = (earlier or []) + done
+    pool = [t for t in earlier or [] if t["val"] is not None] + done
     best = max(pool, key=lambda t: sign * t["val"])      # max() keeps the first of equal values: grid order
     return trials, best, []
 

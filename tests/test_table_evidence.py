@@ -296,6 +296,9 @@ def test_a_spot_check_compares_every_recorded_number_and_ignores_metrics_the_rec
     assert compare(recorded, {"final": {"accuracy": 0.5}, "best": {"round": 3}}) == (2, 0.0, [])
     assert retired(recorded, {"final": {"accuracy": 0.5}, "best": {"round": 3}}) == {"f1_minority"}
     assert compare(recorded, {"final": {"f1_macro": 0.5}, "best": {"round": 3}})[2] == ["final.accuracy only recorded"]
+    # retired per model state: a binary state (pr_auc there) that lacks f1_minority still differs
+    two = {"final": {"f1_minority": 0.25}, "best": {"test": {"f1_minority": 0.25}}}
+    assert compare(two, {"final": {}, "best": {"test": {"pr_auc": 0.3}}})[2] == ["best.test.f1_minority only recorded"]
     assert compare({**recorded, "status": "completed"}, {**recorded, "status": "diverged"})[2] == \
         ["status completed → diverged"]
     assert compare(recorded, {"final": {"accuracy": 0.5, "f1_minority": 0.5}, "best": {"round": 3}})[2] == \

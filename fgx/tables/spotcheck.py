@@ -63,13 +63,12 @@ def compare(recorded: dict, rerun: dict) -> tuple[int, float, list[str]]:
     the rerun lacks between a recorded summary and its rerun's. A number only the rerun has is a metric
     the code computes now and the record predates (pr_auc, issue #72): nothing recorded to compare."""
     a, b = _numbers(recorded), _numbers(rerun)
-    gone = retired(recorded, rerun)
     diffs, worst = [], 0.0
     status = [s.get("status", "completed") for s in (recorded, rerun)]
     if status[0] != status[1]:      # a run that completed and now diverges (or back) is not the same run
         diffs.append(f"status {status[0]} → {status[1]}")
         worst = math.inf
-    skipped = {k for k in a if k.rsplit(".", 1)[-1] in gone and k not in b}
+    skipped = _retired_keys(a, b)
     for k in sorted(a):
         if k in skipped:
             continue
@@ -88,14 +87,17 @@ def compare(recorded: dict, rerun: dict) -> tuple[int, float, list[str]]:
 def retired(recorded: dict, rerun: dict) -> set[str]:
     """The binary-only metrics the record holds at a model state where the rerun reports none of them
     (today's code ran a multi-class task there: the recorded numbers were never meaningful)."""
+    return {k.rpartition(".")[2] for k in _retired_keys(_numbers(recorded), _numbers(rerun))}
+
+
+def _retired_keys(a: dict[str, float], b: dict[str, float]) -> set[str]:
     from fgx.metrics import BINARY_ONLY
 
-    a, b = _numbers(recorded), _numbers(rerun)
     out = set()
     for k in a:
         state, _, metric = k.rpartition(".")
         if metric in BINARY_ONLY and not any(f"{state}.{m}" in b for m in BINARY_ONLY):
-            out.add(metric)
+            out.add(k)
     return out
 
 

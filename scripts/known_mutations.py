@@ -1245,6 +1245,16 @@ MUTATIONS = [
       "term = None if at_start_weights and objective.vanishes_at_start else",
       ["tests/test_client_runtime.py::test_a_term_that_vanishes_at_the_start_weights_is_skipped_on_the_first_step_only"],
       "FedProx's speed (#68): the proximal term skipped on every step, not only the first from the start weights"),
+    M("divergence_always_wins", "fgx/tables/stats.py",
+      "    mean = math.inf if len(wins) > len(losses) else -math.inf if len(losses) > len(wins) else 0.0",
+      "    mean = math.inf",
+      ["tests/test_table_stats.py::test_an_ordering_against_a_row_that_diverged_on_every_seed_is_decided_by_an_exact_sign_test"],
+      "an ordering against a row that diverged on every seed holds whichever row diverged"),
+    M("divergence_one_sided", "fgx/tables/stats.py",
+      "    p = float(binomtest(len(wins), n, 0.5).pvalue)",
+      "    p = 0.5 ** n",
+      ["tests/test_table_stats.py::test_an_ordering_against_a_row_that_diverged_on_every_seed_is_decided_by_an_exact_sign_test"],
+      "the divergence rule's sign test one-sided: 5 seeds decide"),
 ]
 
 

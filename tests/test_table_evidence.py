@@ -426,18 +426,22 @@ def test_a_table_recorded_in_parts_reads_partial_not_failing_until_every_run_is_
                                   "scalegun_table3_arxiv", "graph_mutag"])
 def test_no_committed_ordering_is_decided_without_an_evaluation_data_term(name, monkeypatch):
     """A ranking, regression or unlearning table's ordering is decided only with its test items' term (the
-    runs' replicates, or the bound from their standard errors); records without either stay undecided."""
+    runs' replicates, or the bound from their standard errors); records without either stay undecided. An
+    ordering against a row that diverged on every seed is decided by who diverged (the sign test), with no
+    test items to weigh."""
     import math
 
     from fgx.tables.run import record_result
-    from fgx.tables.stats import NO_DATA
+    from fgx.tables.stats import NO_DATA, SIGN_TEST
 
     monkeypatch.delenv("FGX_RESULTS_DIR", raising=False)         # the committed records
     res = record_result(REPO / "conf", name, check_stale=False)
     orderings = [c for c in res.checks if c.kind == "ordering" and c.test is not None]
     assert orderings, name
     for c in orderings:
-        if c.outcome in ("holds", "fails"):
+        if c.test.data.endswith(SIGN_TEST):
+            assert not math.isfinite(c.test.mean) and c.test.p is not None, c.what
+        elif c.outcome in ("holds", "fails"):
             assert c.test.data != NO_DATA and math.isfinite(c.test.se_items), c.what
         if c.test.data == NO_DATA:
             assert c.outcome == "inconclusive" and c.test.p is None, c.what

@@ -1083,3 +1083,67 @@ def test_an_equality_that_holds_is_a_claim_the_table_reproduces_and_its_cost_col
                           [r for r in runs if r.overrides["scheme"] == "plain"])
     off.record = {}
     assert off.status == "incomplete"
+
+
+def _divergence_table(n: int, a_values: dict, b_values: dict, order=("a", "b")):
+    """An ordering of rows a and b over ``n`` seeds, lower better; a value None is a diverged run."""
+    from fgx.report.runs import Run
+    from fgx.tables.checks import table_from_runs
+
+    def run(method, seed, v):
+        s = {"status": "completed" if v is not None else "diverged", "main_metric": "mse", "seed": seed,
+             "final": {"mse": 0.0 if v is None else v}, "sampling_se": {"mse": 0.001}}
+        if v is None:
+            s["diverged"] = {"round": 3, "loss": None, "reference": 1.0}
+        return Run(Path(f"r/{method}{seed}"), s["status"], {"method": method, "seed": str(seed)}, s)
+
+    t = {"paper": "P", "item": "I", "data": "d", "metric": "mse", "by": ["method"],
+         "ordering": [{"key": "method", "order": list(order), "lower_is_better": True}]}
+    runs = [run("a", s, a_values.get(s)) for s in range(n)] + [run("b", s, b_values.get(s)) for s in range(n)]
+    (check,) = [c for c in table_from_runs("x", t, runs).checks if c.kind == "ordering"]
+    return check
+
+
+def test_an_ordering_against_a_row_that_diverged_on_every_seed_is_decided_by_an_exact_sign_test():
+    """A diverged run lost its seed to a completed one: 10 seeds one way hold (p = 2/1024), the claimed-better
+    row diverging fails, 5 seeds cannot decide (p = 1/16), and two rows that both diverged stay "diverged"."""
+    done = {s: 0.5 + s / 100 for s in range(10)}
+    held = _divergence_table(10, done, {})
+    assert held.outcome == "holds" and held.test.n == 10 and held.test.p == pytest.approx(2 / 1024)
+    assert "b diverged on every seed it ran" in held.fgx and "10 won by a, 0 by b" in held.fgx
+    failed = _divergence_table(10, {}, done)
+    assert failed.outcome == "fails" and "a diverged on every seed it ran" in failed.fgx
+    five = _divergence_table(5, {s: 0.5 for s in range(5)}, {})
+    assert five.outcome == "inconclusive" and five.test.p == pytest.approx(1 / 16) and "p ≥ 0.05" in five.fgx
+    both = _divergence_table(4, {}, {})
+    assert both.outcome == "diverged" and both.test is None
+    # a seed where a diverged too is no win: 9 of 10 is p = 22/1024 (still holds); a row the record lacks is
+    # still "not run", not a win
+    nine = _divergence_table(10, {s: 0.5 for s in range(9)}, {})
+    assert nine.test.n == 9 and nine.outcome == "holds"
+    assert _divergence_table(4, {s: 0.5 for s in range(4)}, {}, order=("a", "z")).outcome == "not run"
+
+
+def test_the_divergence_rule_decides_in_at_most_5_percent_of_tables_when_the_methods_are_exchangeable():
+    """The sign test's error rate, measured: each seed's divergence drawn alike for both methods (a seed where
+    only one diverges picks it by a fair coin), 10 seeds, 4,000 tables; then its power with a known gap
+    (one method diverges on 90 % of seeds, the other on 10 %)."""
+    import numpy as np
+
+    from fgx.tables.stats import divergence_outcome
+
+    rng = np.random.default_rng(0)
+
+    def rate(p_a: float, p_b: float, tables: int = 4000) -> float:
+        decided = 0
+        for _ in range(tables):
+            da, db = rng.random(10) < p_a, rng.random(10) < p_b
+            seeds = [str(s) for s in range(10)]
+            res = divergence_outcome({s for s, d in zip(seeds, da) if not d}, {s for s, d in zip(seeds, da) if d},
+                                     {s for s, d in zip(seeds, db) if not d}, {s for s, d in zip(seeds, db) if d},
+                                     "a", "b")
+            decided += res.outcome in ("holds", "fails")
+        return decided / tables
+
+    assert rate(0.5, 0.5) <= 0.05
+    assert rate(0.1, 0.9) >= 0.5

@@ -20,7 +20,7 @@ import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgx.tables.stats import TEST_NAME, Paired, SeedTerm, adjust, paired_outcome
+from fgx.tables.stats import TEST_NAME, Paired, SeedTerm, adjust, divergence_outcome, paired_outcome
 
 _OUTCOME_OF = {True: "holds", False: "fails", None: "shown"}
 # what a check is of: a paper's number (accounting tables' checks too), an ordering, an equality of two rows
@@ -258,19 +258,32 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
         scope = f" where {', '.join(f'{k}={v}' for k, v in where.items())}" if where else ""
         title = f"ordering of {metric} by {key}"
     chosen = _chosen_rows(rep, selectors, metric)
-    missing = [labels[i] for i in range(len(selectors)) if i not in chosen]
-    if missing:
+    # a row the record lacks is "not run"; a row that diverged on every seed is compared by its divergence
+    # (fgx/tables/stats.py divergence_outcome) with rows that completed, and "diverged" beside another such row
+    gone = {i: diverged_seed_set(rep, selectors[i]) for i in range(len(selectors)) if i not in chosen}
+    if not chosen or not all(gone.values()):
         return [_absent(rep, f"{title}{scope}", sign.join(labels), labels, selectors, "ordering", chosen)]
     shift = margin if not lower else -margin
     slack = "" if not margin else (f" − {margin:g}" if not lower else f" + {margin:g}")
     out = []
     for i in range(len(selectors) - 1):
         a, b = labels[i], labels[i + 1]
+        claim = f"{a}{sign}{b}{slack}"
+        if i in gone and i + 1 in gone:
+            out.append(_absent(rep, f"{metric}: {claim}{scope}", claim, [a, b], selectors[i:i + 2], "ordering"))
+            continue
+        if i in gone or i + 1 in gone:
+            ran = [set(chosen[j][1]) if j in chosen else set() for j in (i, i + 1)]
+            div = [gone.get(j, set()) | (diverged_seed_set(rep, selectors[j]) if j in chosen else set())
+                   for j in (i, i + 1)]
+            p = divergence_outcome(ran[0], div[0], ran[1], div[1], a, b)
+            out.append(Check(f"{metric}: {claim}{scope}", claim, p.describe(), {"holds": True, "fails": False}.get(
+                p.outcome), p.outcome, kind="ordering", test=p))
+            continue
         (ga, va), (gb, vb) = chosen[i], chosen[i + 1]
         p = paired_outcome({s: v + shift for s, v in va.items()}, vb, lower_is_better=lower,
                            items=seed_terms(rep, ga, gb, metric))
         ok = {"holds": True, "fails": False}.get(p.outcome)
-        claim = f"{a}{sign}{b}{slack}"
         out.append(Check(f"{metric}: {claim}{scope}", claim, p.describe(), ok, p.outcome, kind="ordering", test=p))
     return out
 
@@ -288,6 +301,19 @@ def diverged_seeds(rep, sel: dict[str, str] | None = None) -> dict[tuple, int]:
         g = dict(zip(rep.by, key))
         if sel is None or all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
             out[key] = out.get(key, 0) + 1
+    return out
+
+
+def diverged_seed_set(rep, sel: dict[str, str]) -> set[str]:
+    """The seeds of the runs matching ``sel`` that diverged."""
+    from fgx.report.runs import group_label
+
+    out = set()
+    for r in rep.problems:
+        if r.status == "diverged":
+            g = dict(zip(rep.by, (str(x) for x in group_label(r, rep.by))))
+            if all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
+                out.add(str(r.seed))
     return out
 
 

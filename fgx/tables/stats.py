@@ -45,6 +45,7 @@ ALPHA = 1 - LEVEL
 OUTCOMES = ("holds", "fails", "inconclusive")
 TEST_NAME = ("paired t-test over seeds plus the test items' paired bootstrap variance (Satterthwaite), "
              "Holm-adjusted across the table's orderings at 5 %")
+SIGN_TEST = "(exact sign test)"       # how an ordering with a row that diverged on every seed is decided
 NO_DATA = "no evaluation-data term (the runs kept no test-item replicates or standard errors)"
 
 
@@ -125,6 +126,10 @@ class Paired:
     def describe(self) -> str:
         if self.n == 0:
             return "no paired seeds"
+        if self.data.endswith(SIGN_TEST):
+            out = f"{self.data}, n = {self.n}, p = {self.p:.3g}"
+            out += f", Holm p = {self.p_holm:.3g} (of {self.m})" if self.p_holm is not None else ""
+            return out + (f"; {self.reason}" if self.reason else "")
         ci = f"[{self.low:+.4f}, {self.high:+.4f}]" if math.isfinite(self.low) else "no interval"
         out = f"Δ = {self.mean:+.4f}, 95% CI {ci}, n = {self.n}"
         if self.p is not None:
@@ -178,13 +183,38 @@ def paired_outcome(a: dict, b: dict, lower_is_better: bool = False,
     return decide(res, p)
 
 
+def divergence_outcome(a_ran: set[str], a_diverged: set[str], b_ran: set[str], b_diverged: set[str],
+                       a: str, b: str) -> Paired:
+    """The test of "a is better than b" where one of the two rows diverged on every seed it ran: a run that
+    diverged lost its seed to one that completed (its loss grew without bound; no value of the metric is
+    worse). Under the null that the two methods are exchangeable, which of the two diverges on a seed where
+    only one does is a fair coin, so the seeds where only one diverged are referred to the exact two-sided
+    sign test (scipy's ``binomtest``): all n seeds one way give p = 2 · 2⁻ⁿ (n = 5: 0.0625, no decision at
+    5 %; n ≥ 6 can decide). Unadjusted, like :func:`paired_outcome` (Holm decides the table together)."""
+    from scipy.stats import binomtest
+
+    wins = sorted(a_ran & b_diverged, key=str)          # seeds where b diverged and a completed
+    losses = sorted(a_diverged & b_ran, key=str)
+    n = len(wins) + len(losses)
+    who = f"{b} diverged on every seed it ran" if b_diverged and not b_ran else f"{a} diverged on every seed it ran"
+    how = f"{who}; seeds where only one diverged: {len(wins)} won by {a}, {len(losses)} by {b} {SIGN_TEST}"
+    if n == 0:
+        return Paired("inconclusive", 0, float("nan"), float("nan"), float("nan"),
+                      "no seed where one row diverged and the other completed", data=how)
+    mean = math.inf if len(wins) > len(losses) else -math.inf if len(losses) > len(wins) else 0.0
+    p = float(binomtest(len(wins), n, 0.5).pvalue)
+    res = Paired("inconclusive", n, mean, mean, mean, p=p, data=how)
+    return decide(res, p)
+
+
 def decide(res: Paired, p: float) -> Paired:
     """The outcome at ALPHA for the p-value ``p`` (raw, or Holm-adjusted)."""
     if p < ALPHA:
         res.outcome, res.reason = ("holds", "") if res.mean > 0 else ("fails", "")
     else:
         res.outcome = "inconclusive"
-        res.reason = "the interval contains 0" if res.p_holm is None or res.p >= ALPHA else \
+        first = f"p ≥ {ALPHA:g}" if res.data.endswith(SIGN_TEST) else "the interval contains 0"
+        res.reason = first if res.p_holm is None or res.p >= ALPHA else \
             f"not significant after Holm's adjustment over {res.m} orderings"
     return res
 

@@ -1100,7 +1100,11 @@ def _divergence_table(n: int, a_values: dict, b_values: dict, order=("a", "b")):
     t = {"paper": "P", "item": "I", "data": "d", "metric": "mse", "by": ["method"],
          "ordering": [{"key": "method", "order": list(order), "lower_is_better": True}]}
     runs = [run("a", s, a_values.get(s)) for s in range(n)] + [run("b", s, b_values.get(s)) for s in range(n)]
-    (check,) = [c for c in table_from_runs("x", t, runs).checks if c.kind == "ordering"]
+    res = table_from_runs("x", t, runs)
+    (check,) = [c for c in res.checks if c.kind == "ordering"]
+    # the table says how such an ordering was decided, only where one was
+    assert any("exact two-sided sign test" in n for n in res.notes) == bool(check.test and check.test.n
+                                                                          and check.test.data.endswith("sign test)"))
     return check
 
 

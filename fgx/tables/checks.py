@@ -20,7 +20,7 @@ import numpy as np
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fgx.tables.stats import TEST_NAME, Paired, SeedTerm, adjust, divergence_outcome, paired_outcome
+from fgx.tables.stats import SIGN_TEST, TEST_NAME, Paired, SeedTerm, adjust, divergence_outcome, paired_outcome
 
 _OUTCOME_OF = {True: "holds", False: "fails", None: "shown"}
 # what a check is of: a paper's number (accounting tables' checks too), an ordering, an equality of two rows
@@ -691,4 +691,8 @@ def table_from_runs(name: str, t: dict, runs: list) -> ReproResult:
                          f"initialisation), and so are the test items: each run keeps bootstrap replicates "
                          f"drawn alike over its test items' ids. holds/fails: Holm-adjusted p < 0.05; "
                          f"inconclusive otherwise, or without two paired seeds or an evaluation-data term.")
+    if any(c.test is not None and c.test.data.endswith(SIGN_TEST) for c in checks):
+        res.notes.append("An ordering against a row that diverged on every seed: a seed where only one of the two "
+                         "diverged is won by the one that completed, and the wins take the exact two-sided sign "
+                         "test, in the same Holm adjustment (docs/tables.md).")
     return res

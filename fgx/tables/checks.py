@@ -288,33 +288,31 @@ def ordering_checks(rep, o: dict, metric: str) -> list[Check]:
     return out
 
 
-def diverged_seeds(rep, sel: dict[str, str] | None = None) -> dict[tuple, int]:
-    """Per group of the report (its by-values) with diverged runs, how many; only the groups that
-    ``sel`` matches when given."""
+def _diverged_runs(rep, sel: dict[str, str] | None = None):
+    """(group key, run) of each diverged run of the report whose group ``sel`` matches (every one without it)."""
     from fgx.report.runs import group_label
 
-    out: dict[tuple, int] = {}
     for r in rep.problems:
         if r.status != "diverged":
             continue
         key = tuple(str(x) for x in group_label(r, rep.by))
         g = dict(zip(rep.by, key))
         if sel is None or all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
-            out[key] = out.get(key, 0) + 1
+            yield key, r
+
+
+def diverged_seeds(rep, sel: dict[str, str] | None = None) -> dict[tuple, int]:
+    """Per group of the report (its by-values) with diverged runs, how many; only the groups that
+    ``sel`` matches when given."""
+    out: dict[tuple, int] = {}
+    for key, _ in _diverged_runs(rep, sel):
+        out[key] = out.get(key, 0) + 1
     return out
 
 
 def diverged_seed_set(rep, sel: dict[str, str]) -> set[str]:
     """The seeds of the runs matching ``sel`` that diverged."""
-    from fgx.report.runs import group_label
-
-    out = set()
-    for r in rep.problems:
-        if r.status == "diverged":
-            g = dict(zip(rep.by, (str(x) for x in group_label(r, rep.by))))
-            if all(k in g and _canon(g[k]) == _canon(v) for k, v in sel.items()):
-                out.add(str(r.seed))
-    return out
+    return {str(r.seed) for _, r in _diverged_runs(rep, sel)}
 
 
 def _absent(rep, what: str, claim: str, labels: list[str], selectors: list[dict], kind: str,

@@ -134,16 +134,22 @@ def fgx_row(algo: str, size, clients: int, a, work: Path) -> dict:
     row = {"tool": "fgx", "algorithm": algo, "clients": clients, "peak_rss_mb": round(r.peak_rss_mb, 1),
            "process_s": round(r.wall_s, 2), "cpu_share": cpu_share(r), "command": "fgx run " + " ".join(o for o in over if not o.startswith(
                ("hydra.run.dir=", "data_dir=")))}
+    summary = d / "summary.json"
     if r.limit or r.returncode != 0:
-        return {**row, **failure(r)}
-    s = json.loads((d / "summary.json").read_text())
+        diverged = not r.limit and summary.exists() and json.loads(summary.read_text()).get("status") == "diverged"
+        if not diverged:
+            return {**row, **failure(r, work=work)}
+    s = json.loads(summary.read_text())
     part = json.loads((d / "partition.json").read_text())
     comm = json.loads((d / "comm.json").read_text())
     by_round = {m["round"]: m["round_time_s"] for m in map(json.loads, (d / "metrics.jsonl").read_text().splitlines())}
     rounds = sorted(by_round)
     times = after_warmup([by_round[k] for k in rounds], a.warmup)
     sent = after_warmup([sum(comm["per_round"].get(str(k), {}).values()) for k in rounds], a.warmup)
-    return {**row, "status": "ok", "nodes": sum(c["nodes"] for c in part["clients"]),
+    # a run that diverged still measured its memory and its rounds up to the divergence: kept, under its own status
+    status = {"status": "ok"} if s.get("status") != "diverged" else \
+        {"status": "diverged", "diverged": {k: v for k, v in (s.get("diverged") or {}).items() if k != "run_dir"}}
+    return {**row, **status, "nodes": sum(c["nodes"] for c in part["clients"]),
             "edges": sum(c["internal_edges"] for c in part["clients"]) + part["cross_client_edges"],
             "s_per_round": round(statistics.median(times), 4), "round_s": [round(t, 4) for t in times],
             "bytes_per_round": int(statistics.median(sent)), "startup_s": s.get("startup_s") and round(s["startup_s"], 2),
@@ -156,14 +162,17 @@ def cpu_share(r) -> float:
     return round(r.cpu_s / max(r.wall_s, 1e-9), 3)
 
 
-def failure(r, peer_python: str | None = None) -> dict:
+def failure(r, peer_python: str | None = None, work: Path | None = None) -> dict:
     if r.limit == "memory":
         return {"status": "does not fit"}
     if r.limit == "timeout":
         return {"status": "timed out"}
     tail = (r.stderr or r.stdout).strip().splitlines()[-3:]
     # the written file names no folder of this machine (the repository, the interpreter's environment)
-    text = " | ".join(tail).replace(str(REPO), "<repo>").replace(sys.prefix, "<venv>")
+    text = " | ".join(tail)
+    if work is not None:                             # the runs' folder (--work-dir, or a temporary one)
+        text = text.replace(str(work), "<work dir>")
+    text = text.replace(str(REPO), "<repo>").replace(sys.prefix, "<venv>")
     if peer_python:                                  # OpenFGL's environment (not resolved: a venv's python is a link)
         text = text.replace(str(Path(os.path.abspath(peer_python)).parent.parent), "<venv-peers>")
     return {"status": "failed", "error": text[-400:]}
@@ -194,7 +203,7 @@ def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_node
     r = run_process(cmd, timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False, mem_limit_mb=a.mem_limit_gb * 1024, env=env)
     row.update({"peak_rss_mb": round(r.peak_rss_mb, 1), "process_s": round(r.wall_s, 2), "cpu_share": cpu_share(r)})
     if r.limit or r.returncode != 0:
-        return {**row, **failure(r, a.peer_python)}
+        return {**row, **failure(r, a.peer_python, work=work)}
     res = json.loads((d / "out.json").read_text())
     if fgx_test_nodes is not None and [c["test_nodes"] for c in res["per_client"]] != fgx_test_nodes:
         raise RuntimeError("OpenFGL did not train on fgx's clients (test nodes per client differ)")
@@ -311,6 +320,8 @@ def markdown(result: dict) -> str:
         lines = r.get("error", "").split(" | ")
         why = next((x for x in reversed(lines) if "error" in x.lower()), lines[-1]).strip()
         status = r["status"] if r["status"] != "failed" else f"failed: {why[:140]}{'...' if len(why) > 140 else ''}"
+        if r["status"] == "diverged":
+            status += f" (round {r['diverged'].get('round')}: its memory and rounds measured, its metrics not results)"
         if r["status"] == "does not fit":
             status += f" (> {r.get('mem_limit_gb', result['mem_limit_gb']):g} GB)"
         out.append(f"| {r['tool']} | {r['algorithm']} | {r['size'] or 'csbm'} | {r['nodes'] or ''} | {r['clients']} | "
@@ -448,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
                 if row["status"] in ("does not fit", "timed out"):
                     stopped[lane] = f"{row['status']} ({row['nodes'] or size})"
                 print(f"[scale] {tool:<8} {algo:<10} {kind} {size} nodes, {clients:>5} clients: {row['status']}"
-                      + (f", {row['s_per_round']:.3f} s/round, {row['peak_rss_mb']:.0f} MB peak" if row["status"] == "ok"
+                      + (f", {row['s_per_round']:.3f} s/round, {row['peak_rss_mb']:.0f} MB peak" if row["status"] in ("ok", "diverged")
                          else f" {row.get('error', '')}")
                       + f" ({time.perf_counter() - t:.0f} s, CPU share {row.get('cpu_share')})", file=sys.stderr, flush=True)
             rows.append(row)

@@ -204,6 +204,19 @@ def test_bench_scale_quick_run_and_a_run_that_does_not_fit(tmp_path):
                                                             "first_not_ok": "does not fit at 2000"}
 
 
+def test_bench_scale_keeps_a_diverged_runs_memory_under_its_own_status(tmp_path):
+    """A run that diverged (fgx stops it, status diverged) still measured its peak RSS and its rounds: the
+    row keeps them with status ``diverged`` and the rule that fired, and the line's largest fit does not
+    count it as ok."""
+    line = _bench_scale(tmp_path, "--tools", "fgx", "--algorithms", "fedavg", "--sizes", "2000", "--clients", "10",
+                        "--rounds", "3", "--warmup", "0", "algorithm.lr=1e6")
+    (row,) = line["rows"]
+    assert row["status"] == "diverged" and row["diverged"]["round"] >= 2 and "rule" in row["diverged"]
+    assert 100 < row["peak_rss_mb"] < 24 * 1024 and row["s_per_round"] > 0
+    assert line["largest_fit"]["fgx fedavg 10 clients"] == {"largest_ok_nodes": None,
+                                                            "first_not_ok": "diverged at 2000"}
+
+
 def test_bench_scale_openfgl_trains_on_fgx_clients(tmp_path):
     """OpenFGL beside fgx on the generated graph: its files are written from fgx's graph and METIS
     clients (the bench fails when the test nodes per client differ)."""
@@ -235,7 +248,7 @@ def test_fedpub_reference_loop_learns_on_fgx_clients_and_scores_each_client_at_i
 
 def test_bench_scale_failure_text_names_no_folder_of_this_machine(tmp_path):
     """A failed run's error, as written into the committed JSON, names neither the repository, fgx's
-    environment nor OpenFGL's (<repo>, <venv>, <venv-peers>)."""
+    environment, OpenFGL's nor the runs' folder (<repo>, <venv>, <venv-peers>, <work dir>)."""
     import importlib.util
     import sys
     from types import SimpleNamespace
@@ -248,6 +261,10 @@ def test_bench_scale_failure_text_names_no_folder_of_this_machine(tmp_path):
     text = mod.failure(SimpleNamespace(limit=None, stderr=err, stdout=""), str(peer))["error"]
     assert str(tmp_path) not in text and str(REPO) not in text and sys.prefix not in text
     assert "<venv-peers>/lib/site-packages" in text and "<repo>/scripts" in text
+    work = tmp_path / "runs"           # --work-dir: the runs' own folders
+    text = mod.failure(SimpleNamespace(limit=None, stderr=f"see summary.json in: {work}/fgx_fedgsp_1000000_1000",
+                                       stdout=""), work=work)["error"]
+    assert text == "see summary.json in: <work dir>/fgx_fedgsp_1000000_1000"
 
 
 def test_profile_memory_sums_the_peaks_allocations_by_their_innermost_fgx_line():

@@ -156,6 +156,47 @@ def fgx_row(algo: str, size, clients: int, a, work: Path) -> dict:
             "test_nodes": [c.get("test") for c in part["clients"]]}   # node task: the OpenFGL check
 
 
+# What `import torch, torch_geometric` loads depends on what else is installed, and what it loads is resident
+# memory charged to whichever tool runs on it: PyG 2.8 imports pandas (torch_geometric.llm) wherever pandas is
+# installed, torch imports opt_einsum, urllib3 zstandard (together ~31 MB RSS). Memory is compared only
+# between interpreters whose shared libraries have the same versions and load the same third-party modules.
+SHARED_PACKAGES = ("torch", "torch_geometric", "numpy", "scipy", "pandas")
+ENV_PROBE = """
+import importlib.metadata as md, json, sys, torch, torch_geometric
+def version(p):
+    try:
+        return md.version(p)
+    except md.PackageNotFoundError:
+        return None
+loaded = {m.split(".")[0] for m in sys.modules} - set(sys.stdlib_module_names)
+print(json.dumps({"versions": {p: version(p) for p in %r},
+                  "modules": sorted(m for m in loaded if not m.startswith("_") and m != "cython_runtime")}))
+""" % (SHARED_PACKAGES,)
+
+
+def environment(python: str) -> dict:
+    """The shared libraries' versions in ``python``'s environment and the third-party modules (stdlib and
+    private names left out) that importing torch and torch_geometric loads there."""
+    out = subprocess.run([python, "-c", ENV_PROBE], capture_output=True, text=True,
+                         env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if out.returncode != 0:
+        raise SystemExit(f"bench_scale: {python} cannot import torch and torch_geometric: {out.stderr.strip()[-300:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def environment_differences(fgx: dict, peer: dict) -> list[str]:
+    """What differs between fgx's and OpenFGL's environments in what both tools load (empty: comparable)."""
+    out = [f"{p} {fgx['versions'].get(p)} under fgx, {peer['versions'].get(p)} under OpenFGL"
+           for p in SHARED_PACKAGES if fgx["versions"].get(p) != peer["versions"].get(p)]
+    extra_app = sorted(set(fgx["modules"]) - set(peer["modules"]) - {"fgx"})
+    extra_peer = sorted(set(peer["modules"]) - set(fgx["modules"]) - {"openfgl"})
+    if extra_app:
+        out.append("loaded by `import torch, torch_geometric` under fgx only: " + ", ".join(extra_app))
+    if extra_peer:
+        out.append("loaded by `import torch, torch_geometric` under OpenFGL only: " + ", ".join(extra_peer))
+    return out
+
+
 def cpu_share(r) -> float:
     """The child's CPU seconds per wall second: about 1 (one thread) when it had a core to itself,
     far below when other work held the cores (its wall times are then inflated by about 1/share)."""
@@ -303,7 +344,9 @@ def combine(parts: list[dict], names: list[str]) -> dict:
     merged["mem_limit_gb"] = limits[0] if len(limits) == 1 else limits
     result = {"bench": "scale", "done": bool(parts[-1].get("done")),
               "commit": "+".join(dict.fromkeys(p["commit"] for p in parts)), "parts": names, **merged,
-              "timeout_s": max(p["timeout_s"] for p in parts), "rows": list(rows.values())}
+              "timeout_s": max(p["timeout_s"] for p in parts), "rows": list(rows.values()),
+              # each part's interpreters (None: a part measured before environments were recorded)
+              "environments": {name: part.get("environment") for name, part in zip(names, parts)}}
     result["largest_fit"] = largest_fit(result["rows"])
     return result
 
@@ -359,7 +402,7 @@ def summarise(a, rows: list[dict], load_before, done: bool) -> dict:
             "fedavg_local_steps": a.local_steps, "features": a.features, "seed": a.seed,
             "partitioner": "metis (pymetis) for csbm, by_bank for AML", "omp_num_threads": a.child_env["OMP_NUM_THREADS"],
             "cpus": os.cpu_count(), "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-            "fgx_overrides": a.fgx_overrides, "largest_fit": largest, "rows": rows}
+            "fgx_overrides": a.fgx_overrides, "environment": a.environment, "largest_fit": largest, "rows": rows}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -409,6 +452,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=str(REPO / "results" / "benchmarks" / "scale"), help="folder of <name>.json/.png")
     ap.add_argument("--name", default="bench_scale", help="file name stem of the outputs")
     ap.add_argument("--quick", action="store_true", help="smoke run: 2k nodes, 10 clients, 1 round, no warm-up")
+    ap.add_argument("--allow-environment-difference", action="store_true",
+                    help="run OpenFGL beside fgx although their interpreters load different versions or modules when "
+                         "importing torch and torch_geometric (recorded under environment.differences)")
     ap.add_argument("fgx_overrides", nargs="*", help="extra fgx overrides for every fgx run (e.g. device=cuda)")
     a = ap.parse_args(argv)
     if a.quick:
@@ -426,6 +472,16 @@ def main(argv: list[str] | None = None) -> int:
     if "openfgl" in a.tools and not a.peer_python:
         ap.error("no OpenFGL interpreter: pip install -e '.[peers]' (after pinning torch), pass --peer-python, or "
                  "leave it out with --tools fgx")
+    a.environment = {"fgx": environment(sys.executable)}
+    if "openfgl" in a.tools:
+        a.environment["openfgl"] = environment(a.peer_python)
+        differ = environment_differences(a.environment["fgx"], a.environment["openfgl"])
+        if differ and not a.allow_environment_difference:
+            ap.error("fgx's and OpenFGL's environments differ in what both tools load, so their memory would not "
+                     "compare: " + "; ".join(differ) + ". Install the same versions in both (e.g. "
+                     f"`{a.peer_python} -m pip install pandas==<fgx's>`), or pass --allow-environment-difference "
+                     "(the output records the differences)")
+        a.environment["differences"] = differ
     # every child: one thread unless told otherwise, and fgx importable from the peer's driver's parent
     a.child_env = {"OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1"),
                    "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep)}

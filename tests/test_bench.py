@@ -332,3 +332,26 @@ def test_bench_peers_targets_compare_fedprox_with_fedavg_in_the_same_run():
     ok = targets_met({"fedavg": {**row, "train_s_fgx": 2.0}, "fedprox": {**row, "train_s_fgx": 2.2}, "startup": start})
     slow = targets_met({"fedavg": {**row, "train_s_fgx": 2.0}, "fedprox": {**row, "train_s_fgx": 2.4}, "startup": start})
     assert ok["fgx.fedprox/fedavg=1.100<=1.15"] is True and slow["fgx.fedprox/fedavg=1.200<=1.15"] is False
+
+
+def test_bench_scale_compares_memory_only_between_environments_that_load_the_same_modules():
+    """Importing torch and torch_geometric loads whatever optional packages are installed (PyG 2.8: pandas),
+    resident memory charged to the tool that runs there: the bench names every version or module that
+    differs between fgx's and OpenFGL's interpreters, and nothing when they match."""
+    import importlib.util
+    import sys
+
+    spec = importlib.util.spec_from_file_location("bench_scale_env", REPO / "scripts" / "bench_scale.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    here = mod.environment(sys.executable)
+    assert here["versions"]["torch"] and here["versions"]["torch_geometric"]
+    assert {"torch", "torch_geometric", "numpy"} <= set(here["modules"])
+    assert not any(m.startswith("_") or m in sys.stdlib_module_names for m in here["modules"])
+    assert mod.environment_differences(here, here) == []
+    without = {"versions": {**here["versions"], "pandas": None},
+               "modules": [m for m in here["modules"] if m != "pandas"] + ["openfgl"]}
+    with_pandas = {"versions": {**here["versions"], "pandas": "3.1.1"}, "modules": sorted({*here["modules"], "pandas", "fgx"})}
+    differ = mod.environment_differences(with_pandas, without)
+    assert differ == ["pandas 3.1.1 under fgx, None under OpenFGL",
+                      "loaded by `import torch, torch_geometric` under fgx only: pandas"]

@@ -264,8 +264,21 @@ def test_a_spot_check_carries_a_stale_record_over_only_when_every_number_is_the_
     assert record_result(tiny / "conf", "tiny").stale == []
     path.write_text(json.dumps(tampered))
     assert main(["repro", "tiny", "seed=1", "--spot-check", "--out", str(tiny / "spot1")]) == 1
-    assert "differs: method=local_gcn seed=1: final.accuracy" in capsys.readouterr().out
+    said = capsys.readouterr().out
+    assert "differs: method=local_gcn seed=1: final.accuracy" in said
+    assert "other CPU kernels" not in said                            # recorded on this machine's kernels
     assert json.loads(path.read_text()) == tampered                   # nothing written
+    # the same difference in a run recorded under other kernels: the check names them and what to do
+    elsewhere = json.loads(json.dumps(tampered))
+    run = next(e for e in elsewhere["runs"] if e["overrides"] == {"method": "local_gcn", "seed": "1"})
+    run["machine"]["kernels"] = {"torch": "AVX2", "blas": ["openblas Haswell"]}
+    run.get("code", {}).pop("kernels", None)
+    path.write_text(json.dumps(elsewhere))
+    assert main(["repro", "tiny", "seed=1", "--spot-check", "--out", str(tiny / "spot1")]) == 1
+    said = capsys.readouterr().out
+    assert "method=local_gcn seed=1: recorded under AVX2 / openblas Haswell, rerun under " in said
+    assert "rows: method=local_gcn seed=1" in said and "not carried over" in said
+    path.write_text(json.dumps(tampered))
     assert record_result(tiny / "conf", "tiny").stale == ["code: fgx/models/gcn.py changed"]
 
     path.write_text(json.dumps(rec))

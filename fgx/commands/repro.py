@@ -102,6 +102,16 @@ def _spot_check(conf: Path, args) -> int:
             print(f"  retired (a binary-only metric the record held on a multi-class task; dropped): {r}")
         print(f"same numbers: the record now carries today's code and config fingerprints ({res.written})")
         return 0
+    if res.other_kernels:
+        # the same code and libraries give other floating-point results under other kernels (docs/tables.md)
+        print("  the differing rows were recorded under other CPU kernels than this machine's, where the same code "
+              "gives other floating-point results:")
+        for k in res.other_kernels:
+            print(f"    {k}")
+        rows = sorted({k.split(":", 1)[0] for k in res.other_kernels})
+        print(f"  to carry the record here: rerun those rows (`fgx repro {args.name} <their method=...> --record`), "
+              f"then this spot check again with the same --out (its finished reruns are kept)")
+        print(f"  rows: {'; '.join(rows)}")
     print(f"not carried over: run `fgx repro {args.name} --record` again")
     return 1
 

@@ -191,12 +191,13 @@ def data_staleness(record: dict, data_root: Path) -> tuple[list[str], str | None
 
 def kernel_sets(record: dict) -> list[str]:
     """The CPU kernel sets the record's runs ran with (``machine.kernels``; older runs: unknown)."""
-    out = set()
-    for e in record.get("runs", []):
-        k = (e.get("code") or {}).get("kernels") or (e.get("machine") or {}).get("kernels")
-        out.add(f"{k.get('torch')} / {', '.join(k.get('blas') or []) or 'BLAS not named'}" if isinstance(k, dict)
-                else "unknown (recorded before kernels were kept)")
-    return sorted(out)
+    return sorted({run_kernels(e) or "unknown (recorded before kernels were kept)" for e in record.get("runs", [])})
+
+
+def run_kernels(entry: dict) -> str | None:
+    """One run's CPU kernels ("AVX2 / openblas Haswell"); None where not recorded."""
+    k = (entry.get("code") or {}).get("kernels") or (entry.get("machine") or {}).get("kernels")
+    return f"{k.get('torch')} / {', '.join(k.get('blas') or []) or 'BLAS not named'}" if isinstance(k, dict) else None
 
 
 def code_staleness(record: dict) -> list[str]:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from fgx.tables.errors import TablesError
-from fgx.tables.records import code_staleness, load_record, portable, provenance, record_lock, write_record
+from fgx.tables.records import (code_staleness, load_record, portable, provenance, record_lock, run_kernels,
+                                write_record)
 
 TOLERANCE = 1e-6      # absolute, on metrics in [0, 1] or losses of order 1: far below any reported digit
 COMPARED = ("final", "best", "best_client", "diverged")   # a diverged run: also where and at what loss
@@ -39,6 +40,8 @@ class SpotCheck:
     differences: list[str] = field(default_factory=list)   # "row: metric recorded → now"
     retired: list[str] = field(default_factory=list)       # "row: metrics" dropped (binary-only, multi-class task)
     missing: list[str] = field(default_factory=list)       # rows without a rerun (it failed or did not finish)
+    # differing rows whose recorded run used other CPU kernels than the rerun: "row: recorded X, here Y"
+    other_kernels: list[str] = field(default_factory=list)
     written: Path | None = None
 
     @property
@@ -156,6 +159,8 @@ def spot_check(conf: Path, name: str, out: Path, seed: str | None = None,
         res.numbers += n
         res.max_diff = max(res.max_diff, worst)
         res.differences += [f"{label}: {d}" for d in diffs]
+        if diffs and (was := run_kernels(e)) and (now := run_kernels(new)) and was != now:
+            res.other_kernels.append(f"{label}: recorded under {was}, rerun under {now}")
     if res.ok:
         with record_lock(conf, name):
             if load_record(conf, name) != record:   # another job recorded into it while the reruns ran

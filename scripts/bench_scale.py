@@ -26,6 +26,16 @@ fit``, one past ``--timeout`` (wall) or ``--cpu-timeout`` (CPU seconds) as ``tim
 sizes of that tool, algorithm and client count are then skipped (``skipped``), so the largest
 size that fits is the last ``ok`` of its line.
 
+Repeats (``--repeats N``): every cell (algorithm, clients, size) runs N times, fgx and OpenFGL back to
+back in each repeat, who runs first alternating; a row reports the medians and each repeat's values,
+and wherever both tools ran, fgx's peak RSS is tested against OpenFGL's on the repeats paired by their
+index (two-sided paired t-test at 5 %: ``below``, ``above`` or ``inconclusive``; ``memory_vs_openfgl``
+in the JSON, a second table in the markdown). Identical runs' peaks differ by ~15 MB at 100k nodes, so
+one run per tool cannot tell a gap of that size from noise.
+
+    OMP_NUM_THREADS=1 python scripts/bench_scale.py --sizes 100k --clients 100 1000 --algorithms fedavg \
+        --repeats 5 --name mem_100k_repeats                                 # is fgx's peak at or below OpenFGL's?
+
 Settings: each algorithm at its own defaults (conf/algorithm/*.yaml) on csbm (64 features, 5
 classes, average degree 8; its model: GCN, FedGSP's UniFilter), except FedAvg, which runs OpenFGL's
 setting on both sides: OpenFGL's GCN (2 GCNConv layers, 64 hidden, dropout 0.5, no Linear head)
@@ -126,8 +136,8 @@ def after_warmup(values: list[float], warmup: int) -> list[float]:
     return values[warmup:] or values[-1:]
 
 
-def fgx_row(algo: str, size, clients: int, a, work: Path) -> dict:
-    d = work / f"fgx_{algo}_{size}_{clients}"
+def fgx_row(algo: str, size, clients: int, a, work: Path, rep: int = 0) -> dict:
+    d = work / f"fgx_{algo}_{size}_{clients}{f'_r{rep}' if rep else ''}"
     over = fgx_overrides(algo, size, clients, a, d)
     r = run_process([sys.executable, "-m", "fgx.cli", "run", *over], timeout=a.timeout, cpu_timeout=a.cpu_timeout, raise_on_timeout=False,
                     mem_limit_mb=a.mem_limit_gb * 1024, env=a.child_env)
@@ -219,8 +229,9 @@ def failure(r, peer_python: str | None = None, work: Path | None = None) -> dict
     return {"status": "failed", "error": text[-400:]}
 
 
-def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_nodes: list[int] | None) -> dict:
-    d = work / f"openfgl_{algo}_{size}_{clients}"
+def openfgl_row(algo: str, size: int, clients: int, a, work: Path, fgx_test_nodes: list[int] | None,
+                rep: int = 0) -> dict:
+    d = work / f"openfgl_{algo}_{size}_{clients}{f'_r{rep}' if rep else ''}"     # a repeat starts from nothing
     d.mkdir(parents=True, exist_ok=True)
     graph, spec = d / "graph.pt", d / "clients.pt"
     row = {"tool": "openfgl", "algorithm": algo, "clients": clients}
@@ -270,6 +281,85 @@ def lanes_and_runs(a):
                     yield (tool, algo, clients, "aml" if aml else "csbm"), size
 
 
+def cells(runs) -> list[list[tuple]]:
+    """The runs of :func:`lanes_and_runs` grouped by what both tools measure (algorithm, clients, data,
+    size): a cell's tools run side by side in every repeat."""
+    out: list[list[tuple]] = []
+    for lane, size in runs:
+        if out and out[-1][0][0][1:] == lane[1:] and out[-1][0][1] == size:
+            out[-1].append((lane, size))
+        else:
+            out.append([(lane, size)])
+    return out
+
+
+REPEATED = ("peak_rss_mb", "s_per_round", "process_s", "cpu_share")
+
+
+def merge_repeats(runs: list[dict]) -> dict:
+    """One row from a lane's repeats: the first run's fields, with the median of every repeated measure
+    over the repeats that finished (``ok`` or ``diverged``) and each repeat's own values under
+    ``repeats``. A repeat that failed makes the row that failure (the earlier repeats still listed)."""
+    if len(runs) == 1:
+        return runs[0]
+    measured = [r for r in runs if r["status"] in ("ok", "diverged")]
+    row = dict(runs[-1] if runs[-1]["status"] not in ("ok", "diverged") else runs[0])
+    if row["status"] in ("ok", "diverged"):
+        for k in REPEATED:
+            vals = [r[k] for r in measured if r.get(k) is not None]
+            row[k] = round(statistics.median(vals), 4) if vals else None
+    row["repeats"] = [{"status": r["status"], **{k: r.get(k) for k in REPEATED}} for r in runs]
+    return row
+
+
+def memory_decision(fgx: list[float], peer: list[float], alpha: float = 0.05) -> dict:
+    """fgx's peak RSS against OpenFGL's in one cell, from repeats paired by their index (repeat k of both
+    tools ran back to back, so a slow or crowded phase of the machine hits both): the two-sided paired t-test
+    of the mean difference (scipy's ``ttest_rel``) at ``alpha``. ``below`` / ``above``: fgx's peak is lower /
+    higher at that level; ``inconclusive``: the difference is inside the run-to-run spread, decided
+    neither way. Its false-decision rate at a zero gap is checked by simulation in tests/test_bench.py."""
+    from scipy import stats       # imported only once every child has run (the bench's RSS is a child's floor)
+
+    n = min(len(fgx), len(peer))
+    d = [f - q for f, q in zip(fgx[:n], peer[:n])]
+    out = {"n": n, "fgx_median_mb": statistics.median(fgx) if fgx else None,
+           "openfgl_median_mb": statistics.median(peer) if peer else None,
+           "differences_mb": [round(x, 1) for x in d]}
+    if n < 2:
+        return {**out, "decision": "inconclusive", "why": "fewer than 2 paired repeats: no test (--repeats)"}
+    mean = statistics.fmean(d)
+    if all(x == d[0] for x in d):     # no spread: the t statistic is undefined, the sign is the difference
+        return {**out, "mean_mb": mean, "ci95_mb": [mean, mean], "p": 0.0 if mean else 1.0,
+                "decision": "above" if mean > 0 else "below" if mean < 0 else "inconclusive",
+                "why": "the same difference in every repeat"}
+    t = stats.ttest_rel(fgx[:n], peer[:n])
+    low, high = t.confidence_interval(1 - alpha)
+    p = float(t.pvalue)
+    decision = ("above" if mean > 0 else "below") if p < alpha else "inconclusive"
+    return {**out, "mean_mb": round(mean, 2), "ci95_mb": [round(float(low), 2), round(float(high), 2)],
+            "p": round(p, 4), "decision": decision,
+            "why": "" if p < alpha else f"p = {p:.3g} >= {alpha}: the difference is inside the run-to-run spread"}
+
+
+def peaks(row: dict) -> list[float]:
+    """A row's peak RSS, one per repeat (in the order they ran)."""
+    return [x["peak_rss_mb"] for x in row.get("repeats") or [row]]
+
+
+def memory_comparison(rows: list[dict]) -> list[dict]:
+    """Every cell where fgx and OpenFGL both ran: fgx's peak RSS against OpenFGL's (:func:`memory_decision`)."""
+    out = []
+    by_cell = {}
+    for r in rows:
+        by_cell.setdefault((r["algorithm"], r["clients"], r["dataset"], r.get("size") or r.get("nodes")), {})[r["tool"]] = r
+    for (algo, clients, kind, size), tools in by_cell.items():
+        f, q = tools.get("fgx"), tools.get("openfgl")
+        if not f or not q or f["status"] != "ok" or q["status"] != "ok":
+            continue
+        out.append({"algorithm": algo, "clients": clients, "nodes": f["nodes"], **memory_decision(peaks(f), peaks(q))})
+    return out
+
+
 def plot(rows: list[dict], path: Path, title: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
@@ -316,7 +406,7 @@ def plot_result(result: dict, path: Path) -> None:
 # The memory limit is not one of them: it changes no measured figure, only where a run is stopped, so each
 # row of a combined file keeps its own part's limit ("does not fit" is "passed that many GB").
 COMPARABLE = ("rounds", "warmup", "executor", "fedavg_local_steps", "features", "seed",
-              "omp_num_threads", "fgx_overrides")
+              "omp_num_threads", "fgx_overrides", "repeats")
 
 
 def combine(parts: list[dict], names: list[str]) -> dict:
@@ -339,7 +429,7 @@ def combine(parts: list[dict], names: list[str]) -> dict:
             if r["status"] == "skipped" and key in rows:
                 continue
             rows[key] = {**r, "commit": part["commit"], "part": name, "mem_limit_gb": part["mem_limit_gb"]}
-    merged = {k: parts[0][k] for k in COMPARABLE}
+    merged = {k: parts[0].get(k) for k in COMPARABLE}
     limits = sorted({p["mem_limit_gb"] for p in parts})
     merged["mem_limit_gb"] = limits[0] if len(limits) == 1 else limits
     result = {"bench": "scale", "done": bool(parts[-1].get("done")),
@@ -348,6 +438,7 @@ def combine(parts: list[dict], names: list[str]) -> dict:
               # each part's interpreters (None: a part measured before environments were recorded)
               "environments": {name: part.get("environment") for name, part in zip(names, parts)}}
     result["largest_fit"] = largest_fit(result["rows"])
+    result["memory_vs_openfgl"] = memory_comparison(result["rows"])
     return result
 
 
@@ -371,6 +462,14 @@ def markdown(result: dict) -> str:
                    f"{status} | {cell('s_per_round', '.3f')} | {cell('bytes_per_round', '.3f', 1e6)} | "
                    f"{cell('peak_rss_mb', ',.0f')} | {cell('startup_s', '.1f')} | {cell('cpu_share', '.2f')} |"
                    + (f" {r.get('commit', '')} |" if parts else ""))
+    if result.get("memory_vs_openfgl"):
+        out += ["", "| algorithm | nodes | clients | fgx peak MB | OpenFGL peak MB | fgx − OpenFGL per repeat (MB) | "
+                    "mean, 95% CI | p | fgx's peak |", "|---|---|---|---|---|---|---|---|---|"]
+        for c in result["memory_vs_openfgl"]:
+            ci = f"{c['mean_mb']:+.1f} [{c['ci95_mb'][0]:+.1f}, {c['ci95_mb'][1]:+.1f}]" if "ci95_mb" in c else ""
+            out.append(f"| {c['algorithm']} | {c['nodes']} | {c['clients']} | {c['fgx_median_mb']:,.0f} | "
+                       f"{c['openfgl_median_mb']:,.0f} | {', '.join(f'{d:+.0f}' for d in c['differences_mb'])} | {ci} | "
+                       f"{'' if c.get('p') is None else format(c['p'], '.3g')} | {c['decision']} |")
     return "\n".join(out)
 
 
@@ -402,7 +501,37 @@ def summarise(a, rows: list[dict], load_before, done: bool) -> dict:
             "fedavg_local_steps": a.local_steps, "features": a.features, "seed": a.seed,
             "partitioner": "metis (pymetis) for csbm, by_bank for AML", "omp_num_threads": a.child_env["OMP_NUM_THREADS"],
             "cpus": os.cpu_count(), "load_average_before_after": [round(load_before[0], 2), round(os.getloadavg()[0], 2)],
-            "fgx_overrides": a.fgx_overrides, "environment": a.environment, "largest_fit": largest, "rows": rows}
+            "fgx_overrides": a.fgx_overrides, "environment": a.environment, "repeats": a.repeats,
+            "largest_fit": largest, "rows": rows,
+            # scipy only at the end: the bench process's own resident memory is every later child's floor
+            **({"memory_vs_openfgl": memory_comparison(rows)} if done else {})}
+
+
+def measure(a, lane: tuple, size, work: Path, stopped: dict, test_nodes: dict, rep: int) -> dict:
+    """One run of one lane (its ``rep``-th repeat), or its skip when a smaller size of the lane did not fit."""
+    tool, algo, clients, kind = lane
+    base = {"tool": tool, "algorithm": algo, "clients": clients, "dataset": kind,
+            "size": size if kind == "aml" else None}
+    if lane in stopped:
+        return {**base, "status": "skipped", "nodes": size if kind == "csbm" else None,
+                "why": f"a smaller size {stopped[lane]}"}
+    t = time.perf_counter()
+    if tool == "fgx":
+        row = {**base, **fgx_row(algo, size, clients, a, work, rep)}
+        if algo == "fedavg" and row["status"] == "ok":
+            test_nodes.setdefault((size, clients), row["test_nodes"])
+    else:
+        row = {**base, **openfgl_row(algo, size, clients, a, work, test_nodes.get((size, clients)), rep)}
+    row.setdefault("nodes", size if kind == "csbm" else None)
+    row.pop("test_nodes", None)
+    if row["status"] in ("does not fit", "timed out"):
+        stopped[lane] = f"{row['status']} ({row['nodes'] or size})"
+    print(f"[scale] {tool:<8} {algo:<10} {kind} {size} nodes, {clients:>5} clients"
+          + (f" (repeat {rep + 1}/{a.repeats})" if a.repeats > 1 else "") + f": {row['status']}"
+          + (f", {row['s_per_round']:.3f} s/round, {row['peak_rss_mb']:.0f} MB peak" if row["status"] in ("ok", "diverged")
+             else f" {row.get('error', '')}")
+          + f" ({time.perf_counter() - t:.0f} s, CPU share {row.get('cpu_share')})", file=sys.stderr, flush=True)
+    return row
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -436,6 +565,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--tools", default="fgx,openfgl", help="comma-separated, from fgx,openfgl (OpenFGL: FedAvg on csbm)")
     ap.add_argument("--rounds", type=int, default=2, help="measured rounds per run (after --warmup)")
     ap.add_argument("--warmup", type=int, default=1, help="rounds run first and left out of the median")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="runs of every cell, the tools interleaved (who runs first alternates); a row reports the "
+                         "medians, and fgx's peak RSS is tested against OpenFGL's on the paired repeats (>= 2)")
     ap.add_argument("--timeout", type=float, default=1800.0, help="seconds one run (one process) may take")
     ap.add_argument("--cpu-timeout", type=float, default=None,
                     help="CPU seconds one run may take (a shared machine's other work cannot shorten it)")
@@ -464,6 +596,8 @@ def main(argv: list[str] | None = None) -> int:
     bad = [x for x in a.algorithms if x not in ALGORITHMS] + [x for x in a.tools if x not in TOOLS]
     if bad:
         ap.error(f"unknown {bad}: --algorithms from {list(ALGORITHMS)}, --tools from {list(TOOLS)}")
+    if a.repeats < 1:
+        ap.error("--repeats must be >= 1")
     if a.rounds < 1 or a.warmup < 0 or a.local_steps < 1 or a.mem_limit_gb <= 0 or a.timeout <= 0 or (
             a.cpu_timeout is not None and a.cpu_timeout <= 0):
         ap.error("--rounds and --local-steps must be >= 1, --warmup >= 0, --mem-limit-gb and the timeouts > 0")
@@ -495,31 +629,17 @@ def main(argv: list[str] | None = None) -> int:
         a.data_dir = str(Path(a.data_dir or work / "data").resolve())
         stopped: dict[tuple, str] = {}
         test_nodes: dict[tuple, list[int]] = {}
-        for lane, size in lanes_and_runs(a):
-            tool, algo, clients, kind = lane
-            base = {"tool": tool, "algorithm": algo, "clients": clients, "dataset": kind,
-                    "size": size if kind == "aml" else None}
-            if lane in stopped:
-                row = {**base, "status": "skipped", "nodes": size if kind == "csbm" else None,
-                       "why": f"a smaller size {stopped[lane]}"}
-            else:
-                t = time.perf_counter()
-                if tool == "fgx":
-                    row = {**base, **fgx_row(algo, size, clients, a, work)}
-                    if algo == "fedavg" and row["status"] == "ok":
-                        test_nodes[(size, clients)] = row["test_nodes"]
-                else:
-                    row = {**base, **openfgl_row(algo, size, clients, a, work, test_nodes.get((size, clients)))}
-                row.setdefault("nodes", size if kind == "csbm" else None)
-                row.pop("test_nodes", None)
-                if row["status"] in ("does not fit", "timed out"):
-                    stopped[lane] = f"{row['status']} ({row['nodes'] or size})"
-                print(f"[scale] {tool:<8} {algo:<10} {kind} {size} nodes, {clients:>5} clients: {row['status']}"
-                      + (f", {row['s_per_round']:.3f} s/round, {row['peak_rss_mb']:.0f} MB peak" if row["status"] in ("ok", "diverged")
-                         else f" {row.get('error', '')}")
-                      + f" ({time.perf_counter() - t:.0f} s, CPU share {row.get('cpu_share')})", file=sys.stderr, flush=True)
-            rows.append(row)
-            (out_dir / f"{a.name}.json").write_text(json.dumps(summarise(a, rows, load_before, done=False)) + "\n")
+        for cell in cells(lanes_and_runs(a)):
+            done: dict[tuple, list[dict]] = {lane: [] for lane, _ in cell}
+            for rep in range(a.repeats):
+                for lane, size in (cell if rep % 2 == 0 else cell[::-1]):   # who runs first alternates
+                    runs = done[lane]
+                    if runs and runs[-1]["status"] != "ok":                   # a lane repeats while it runs ok
+                        continue
+                    runs.append(measure(a, lane, size, work, stopped, test_nodes, rep))
+                    (out_dir / f"{a.name}.json").write_text(json.dumps(summarise(
+                        a, rows + [merge_repeats(r) for r in done.values() if r], load_before, done=False)) + "\n")
+            rows.extend(merge_repeats(done[lane]) for lane, _ in cell)
     result = summarise(a, rows, load_before, done=True)
     print(markdown(result), file=sys.stderr)
     (out_dir / f"{a.name}.json").write_text(json.dumps(result) + "\n")

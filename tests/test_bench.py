@@ -217,6 +217,79 @@ def test_bench_scale_keeps_a_diverged_runs_memory_under_its_own_status(tmp_path)
                                                             "first_not_ok": "diverged at 2000"}
 
 
+def test_bench_scale_memory_decision_has_its_stated_error_rate():
+    """fgx's peak RSS against OpenFGL's, decided on paired repeats (two-sided paired t-test at 5 %), checked
+    by simulation: each run's peak is a base, plus the machine's phase shared by the two runs of a repeat
+    (sd 60 MB), plus its own noise (sd 10 MB, Gaussian or skewed). At no gap it decides either way in at
+    most ~5 % of benches; at a 90 MB gap (100k nodes x 1,000 clients, one run each) it decides it in
+    nearly every bench of 5 repeats; fewer than 2 repeats decide nothing."""
+    import numpy as np
+
+    bs = _script("bench_scale")
+    rng = np.random.default_rng(0)
+    sims, n = 2000, 5
+
+    def rate(gap: float, skewed: bool) -> dict[str, float]:
+        counts = {"above": 0, "below": 0, "inconclusive": 0}
+        for _ in range(sims):
+            phase = rng.normal(0, 60, n)
+            own = (rng.exponential(10, (2, n)) - 10) if skewed else rng.normal(0, 10, (2, n))
+            fgx, peer = 600 + gap + phase + own[0], 600 + phase + own[1]
+            counts[bs.memory_decision(list(fgx), list(peer))["decision"]] += 1
+        return {k: v / sims for k, v in counts.items()}
+
+    limit = 0.05 + 3 * (0.05 * 0.95 / sims) ** 0.5
+    for skewed in (False, True):
+        null = rate(0.0, skewed)
+        assert null["above"] + null["below"] <= limit, null
+        assert rate(90.0, skewed)["above"] >= 0.95 and rate(-90.0, skewed)["below"] >= 0.95
+    one = bs.memory_decision([700.0], [600.0])
+    assert one["decision"] == "inconclusive" and "fewer than 2" in one["why"] and one["differences_mb"] == [100.0]
+    assert bs.memory_decision([700.0, 710.0], [600.0, 610.0])["decision"] == "above"    # no spread: its sign
+
+
+def test_bench_scale_repeats_report_medians_and_a_failed_repeat():
+    """A lane's repeats: the row carries the medians and every repeat's values; a repeat that failed makes
+    the row that failure; the comparison table appears in the markdown for cells both tools ran."""
+    bs = _script("bench_scale")
+
+    def run(tool, peak, status="ok"):
+        return {"tool": tool, "algorithm": "fedavg", "clients": 10, "dataset": "csbm", "size": None,
+                "nodes": 1000, "status": status, "peak_rss_mb": peak, "s_per_round": peak / 1000,
+                "process_s": 1.0, "cpu_share": 1.0}
+
+    fgx = bs.merge_repeats([run("fgx", 700), run("fgx", 720), run("fgx", 690)])
+    assert fgx["peak_rss_mb"] == 700 and [r["peak_rss_mb"] for r in fgx["repeats"]] == [700, 720, 690]
+    peer = bs.merge_repeats([run("openfgl", 600), run("openfgl", 640), run("openfgl", 610)])
+    failed = bs.merge_repeats([run("fgx", 700), run("fgx", 30000, "does not fit")])
+    assert failed["status"] == "does not fit" and len(failed["repeats"]) == 2
+    (cmp,) = bs.memory_comparison([fgx, peer])
+    assert cmp["differences_mb"] == [100, 80, 80] and cmp["decision"] == "above" and cmp["n"] == 3
+    assert bs.memory_comparison([failed, peer]) == []
+    text = bs.markdown({"rows": [fgx, peer], "mem_limit_gb": 24, "memory_vs_openfgl": [cmp]})
+    assert "| fedavg | 1000 | 10 | 700 | 610 | +100, +80, +80 |" in text and text.rstrip().endswith("above |")
+    a = Namespace(sizes=[1000, 2000], clients=[10], aml_clients=[4], algorithms=["fedavg", "fedgsp"],
+                  tools=["fgx", "openfgl"])
+    assert [[lane[0] for lane, _ in c] for c in bs.cells(bs.lanes_and_runs(a))] == \
+        [["fgx", "openfgl"], ["fgx"], ["fgx", "openfgl"], ["fgx"]]
+
+
+def test_bench_scale_repeats_run_each_cell_again_from_nothing(tmp_path):
+    """--repeats 2 on fgx: two runs of the cell in two folders (the second does not resume the first), the
+    row's repeats list both; OpenFGL beside it (where installed) alternates who runs first and gets its
+    paired decision."""
+    work = tmp_path / "work"
+    line = _bench_scale(tmp_path, "--quick", "--tools", "fgx", "--algorithms", "fedavg", "--repeats", "2",
+                        "--work-dir", str(work))
+    (row,) = line["rows"]
+    assert row["status"] == "ok" and len(row["repeats"]) == 2 and line["repeats"] == 2
+    assert all(r["status"] == "ok" and r["peak_rss_mb"] > 100 for r in row["repeats"])
+    assert row["peak_rss_mb"] == round(sum(r["peak_rss_mb"] for r in row["repeats"]) / 2, 4)
+    assert sorted(d.name for d in work.iterdir() if d.name.startswith("fgx_")) == \
+        ["fgx_fedavg_2000_10", "fgx_fedavg_2000_10_r1"]
+    assert line["memory_vs_openfgl"] == []
+
+
 def test_bench_scale_openfgl_trains_on_fgx_clients(tmp_path):
     """OpenFGL beside fgx on the generated graph: its files are written from fgx's graph and METIS
     clients (the bench fails when the test nodes per client differ)."""

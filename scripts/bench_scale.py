@@ -356,7 +356,11 @@ def memory_comparison(rows: list[dict]) -> list[dict]:
         f, q = tools.get("fgx"), tools.get("openfgl")
         if not f or not q or f["status"] != "ok" or q["status"] != "ok":
             continue
-        out.append({"algorithm": algo, "clients": clients, "nodes": f["nodes"], **memory_decision(peaks(f), peaks(q))})
+        cell = {"algorithm": algo, "clients": clients, "nodes": f["nodes"], **memory_decision(peaks(f), peaks(q))}
+        if f.get("part") != q.get("part"):      # --combine: repeats of two benches are not paired in time
+            cell.update(decision="inconclusive", why=f"fgx measured in {f['part']}, OpenFGL in {q['part']}: not paired")
+            cell.pop("p", None)
+        out.append(cell)
     return out
 
 

@@ -266,6 +266,8 @@ def test_bench_scale_repeats_report_medians_and_a_failed_repeat():
     (cmp,) = bs.memory_comparison([fgx, peer])
     assert cmp["differences_mb"] == [100, 80, 80] and cmp["decision"] == "above" and cmp["n"] == 3
     assert bs.memory_comparison([failed, peer]) == []
+    (apart,) = bs.memory_comparison([{**fgx, "part": "a.json"}, {**peer, "part": "b.json"}])   # --combine
+    assert apart["decision"] == "inconclusive" and "not paired" in apart["why"]
     text = bs.markdown({"rows": [fgx, peer], "mem_limit_gb": 24, "memory_vs_openfgl": [cmp]})
     assert "| fedavg | 1000 | 10 | 700 | 610 | +100, +80, +80 |" in text and text.rstrip().endswith("above |")
     a = Namespace(sizes=[1000, 2000], clients=[10], aml_clients=[4], algorithms=["fedavg", "fedgsp"],

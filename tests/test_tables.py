@@ -156,6 +156,24 @@ def test_a_record_lacking_runs_the_preset_sweeps_is_stale_until_they_run(tiny):
     assert record_result(tiny / "conf", "tiny").stale == []
 
 
+def test_a_record_merges_only_the_cells_its_command_asked_for(tiny, capsys):
+    """`fgx repro T method=M --record --out DIR` where DIR already holds other cells (a spot check's
+    reruns): only method M's runs are merged; every other cell keeps the run the record had (its date and
+    wall time), and the output says which runs it left out."""
+    main(["repro", "tiny", "--record", "--out", str(tiny / "out")])
+    before = {json.dumps(e["overrides"], sort_keys=True): e for e in _record(tiny)["runs"]}
+    main(["repro", "tiny", "seed=0", "--out", str(tiny / "reruns")])               # seed 0 of both rows again
+    main(["repro", "tiny", "method=local_gcn", "--record", "--out", str(tiny / "reruns")])
+    out = capsys.readouterr().out
+    after = {json.dumps(e["overrides"], sort_keys=True): e for e in _record(tiny)["runs"]}
+    assert sorted(after) == sorted(before)
+    changed = sorted(k for k in after if after[k]["date"] != before[k]["date"])
+    assert changed == [json.dumps({"method": "local_gcn", "seed": s}, sort_keys=True) for s in ("0", "1")]
+    assert after[json.dumps({"method": "fedavg_gcn", "seed": "0"}, sort_keys=True)]["summary"]["wall_time_s"] == \
+        before[json.dumps({"method": "fedavg_gcn", "seed": "0"}, sort_keys=True)]["summary"]["wall_time_s"]
+    assert "1 completed run(s)" in out and "method=fedavg_gcn seed=0" in out and "not merged" in out
+
+
 def test_runs_changed_by_extra_overrides_are_not_recorded(tiny, capsys):
     assert main(["repro", "tiny", "rounds=2", "seed=0", "--record", "--out", str(tiny / "out")]) == 1
     assert not (tiny / "results" / "tiny.json").exists()

@@ -236,6 +236,13 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
     with launched_by(command):
         launch(["-m", f"+experiment={name}", f"hydra.sweep.dir={out}", "resume=true", *(overrides or [])])
     entries, configs, refused = collect(conf, name, out, command)
+    # an --out that already holds other cells (e.g. a spot check's reruns) lends this command the runs it
+    # asked for; the others are not merged: their record entries keep the runs that made them
+    asked = asked_cells(overrides, sweep_keys(conf, name))
+    others = [e for e in entries if not all(_sweep_value(e["overrides"].get(k)) in vs for k, vs in asked.items())]
+    if others:
+        entries = [e for e in entries if e not in others]
+        configs = {e["config_sha"]: configs[e["config_sha"]] for e in entries}
     if entries:
         merged_with = lambda base: drop_retired_cells(merge(base, name, entries, configs), table_sweep(name))
         if record:      # read, merge and write under the record's lock: parallel --record jobs all land
@@ -250,9 +257,24 @@ def reproduce(conf: Path, name: str, out: Path | None = None, overrides: list[st
     if refused:
         res.problems = (res.problems + "\n" if res.problems else "") + \
             "not recorded (not a cell of the table as the preset defines it): " + "; ".join(refused)
+    if others:
+        res.notes.append(f"{len(others)} completed run(s) in {out} are cells this command did not ask for "
+                         f"({', '.join(sorted({' '.join(f'{k}={v}' for k, v in e['overrides'].items()) for e in others})[:3])}"
+                         f"{', ...' if len(others) > 3 else ''}); not merged")
     res.files += _plot(name, t, out, res.extra.get("metric"))
     res.files += _write(res, out, res.extra)
     return res
+
+
+def asked_cells(overrides: list[str] | None, keys) -> dict[str, set]:
+    """The values of the table's swept keys that a command's overrides name (``method=a,b seed=2``):
+    ``{key: {values}}``; a key the command leaves to the preset is not in it."""
+    asked = {}
+    for o in overrides or []:
+        k, eq, v = o.partition("=")
+        if eq and k in keys and "(" not in v:
+            asked[k] = {_sweep_value(x) for x in v.split(",")}
+    return asked
 
 
 def _sweep_value(x) -> float | str:

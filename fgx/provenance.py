@@ -106,6 +106,41 @@ def dependency_versions() -> dict[str, str | None]:
     return out
 
 
+CONSTRAINTS = REPO / "constraints.txt"   # the pinned versions of DEPENDENCIES (README's install uses it)
+_judged_against: dict[str, str | None] | None = None
+
+
+def pinned_versions() -> dict[str, str | None]:
+    """constraints.txt's ``name==version`` pins of DEPENDENCIES (None for one it does not pin)."""
+    pins = {}
+    for line in CONSTRAINTS.read_text().splitlines():
+        name, sep, version = line.split("#", 1)[0].strip().partition("==")
+        if sep:
+            pins[name.strip()] = version.strip()
+    return {d: pins.get(d) for d in DEPENDENCIES}
+
+
+@contextlib.contextmanager
+def judged_against_pins():
+    """Inside: records' library versions are compared with constraints.txt's pins, not with this
+    environment's. What the repository declares, so a document generated from it (docs/REPRODUCTION.md)
+    reads the same on every machine; `fgx repro NAME` outside it still names this environment's drift."""
+    global _judged_against
+    before, _judged_against = _judged_against, pinned_versions()
+    try:
+        yield
+    finally:
+        _judged_against = before
+
+
+def _same_version(recorded: str | None, now: str | None) -> bool:
+    if _judged_against is None:
+        return recorded == now
+    # a pin names the release; the build's local label (torch's "+cpu") is the kernels' business, which
+    # a record names apart (run_kernels)
+    return recorded is not None and now is not None and recorded.split("+")[0] == now.split("+")[0]
+
+
 def code_fingerprint(files: list[str] | None = None) -> dict:
     """``{"files": {path: sha}, "deps": {distribution: version}}`` of this process's fgx code."""
     files = loaded_source_files() if files is None else files
@@ -115,11 +150,12 @@ def code_fingerprint(files: list[str] | None = None) -> dict:
 def code_changes(code: dict, commit: str | None = None) -> list[str]:
     """What differs between a recorded fingerprint and the code here now: changed or removed files
     and changed library versions, each named. ``commit``: the commit the fingerprint was taken at."""
-    now = dependency_versions()
+    now = dependency_versions() if _judged_against is None else _judged_against
     out = [f"{f} {'removed' if file_sha(REPO / f) is None else 'changed'}"
            for f, sha in sorted((code.get("files") or {}).items())
            if not f.startswith(NOT_COMPUTATION) and not _unchanged_since(f, sha, commit)]
-    out += [f"{d} {v} → {now.get(d)}" for d, v in sorted((code.get("deps") or {}).items()) if now.get(d) != v]
+    out += [f"{d} {v} → {now.get(d)}" for d, v in sorted((code.get("deps") or {}).items())
+            if not _same_version(v, now.get(d))]
     return out
 
 

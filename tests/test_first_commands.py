@@ -103,3 +103,5 @@ def test_the_test_extra_is_lean_and_ci_runs_a_readme_install_with_the_readme_tes
     commands = [line for line in readme.splitlines() if "pip install" in line and "pytest" in line]
     assert any(install.replace(" -q", "") in c and c.endswith("&& " + test) for c in commands), (install, test)
     assert any("'.[test]'" in c and c.endswith("&& " + test) for c in commands)
+    # the libraries fgx computes with pinned to the records' versions (docs/REPRODUCTION.md judges against them)
+    assert "-c constraints.txt" in install and all("-c constraints.txt" in c for c in commands)

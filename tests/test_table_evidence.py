@@ -158,6 +158,26 @@ def test_editing_a_source_file_a_records_runs_imported_makes_it_stale(tiny, monk
     assert any(s.startswith("code: torch ") and s.endswith("→ 0.0") for s in record_result(tiny / "conf", "tiny").stale)
 
 
+def test_the_docs_judge_library_versions_against_the_repository_pins_not_this_machine(monkeypatch):
+    """CI's fresh install got pandas 3.1.2 the day it came out, and every record (made with 3.1.1) read
+    'stale' in a regenerated docs/REPRODUCTION.md. The docs judge against constraints.txt's pins, which
+    the README's install uses; a run's own check still names this machine's drift."""
+    import fgx.provenance as provenance
+    import fgx.tables.docs as docs
+
+    pins = provenance.pinned_versions()
+    assert None not in pins.values(), "constraints.txt must pin every library in provenance.DEPENDENCIES"
+    code = {"files": {}, "deps": dict(pins, torch=pins["torch"] + "+cpu")}
+    monkeypatch.setattr(provenance, "dependency_versions", lambda: dict(code["deps"], pandas="99.0"))
+    assert provenance.code_changes(code) == [f"pandas {pins['pandas']} → 99.0"]
+    monkeypatch.setattr(docs, "_reproduction_markdown", lambda conf: "\n".join(provenance.code_changes(code)))
+    assert docs.reproduction_markdown(REPO / "conf") == ""
+    assert provenance.code_changes(code) == [f"pandas {pins['pandas']} → 99.0"]     # only inside the docs
+    # a record made with another version than the pin is stale in the docs as well
+    code["deps"]["numpy"] = "1.0"
+    assert docs.reproduction_markdown(REPO / "conf") == f"numpy 1.0 → {pins['numpy']}"
+
+
 def test_a_row_that_cannot_differ_from_another_is_refused(tiny, capsys):
     f = tiny / "conf" / "experiment" / "tiny.yaml"
     # GCFL whose warm-up outlasts the run is FedAvg: refused before any job

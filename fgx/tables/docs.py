@@ -26,7 +26,8 @@ HEADER = [
     "not run;",
     "**refused** = two rows came out equal in every number (one is the other relabelled); **stale** = the",
     "preset, a source file, a library version or a data file its runs used changed since the record was",
-    "made (what changed is named); **not yet run** = no record; **shown only** = the table has no checks.", "",
+    "made (what changed is named; library versions are compared with the pins in `constraints.txt`, which",
+    "the README's install uses, not with one machine's packages); **not yet run** = no record; **shown only** = the table has no checks.", "",
     "*Orderings* are tested on paired seeds and paired test items (docs/tables.md, \"How an ordering is",
     "decided\"): a t-test whose variance adds to the seeds' spread the part of the test items' noise the",
     "seeds share (from bootstrap replicates each run keeps, drawn alike over its test items; records made",
@@ -45,6 +46,15 @@ HEADER = [
 
 
 def reproduction_markdown(conf: Path) -> str:
+    """docs/REPRODUCTION.md from the records, judged against the library versions the repository pins
+    (constraints.txt), so it is the same on every machine that has the repository."""
+    from fgx.provenance import judged_against_pins
+
+    with judged_against_pins():
+        return _reproduction_markdown(conf)
+
+
+def _reproduction_markdown(conf: Path) -> str:
     from fgx.report.table import to_markdown
 
     entries = []

@@ -337,7 +337,7 @@ def memory_decision(fgx: list[float], peer: list[float], alpha: float = 0.05) ->
     p = float(t.pvalue)
     decision = ("above" if mean > 0 else "below") if p < alpha else "inconclusive"
     return {**out, "mean_mb": round(mean, 2), "ci95_mb": [round(float(low), 2), round(float(high), 2)],
-            "p": round(p, 4), "decision": decision,
+            "p": float(f"{p:.3g}"), "decision": decision,     # significant digits: a small p is not 0
             "why": "" if p < alpha else f"p = {p:.3g} >= {alpha}: the difference is inside the run-to-run spread"}
 
 

@@ -4,6 +4,9 @@ Collects finished (or still running) `fgx run` directories into one record and a
 
     python scripts/aml_ceiling.py --run centralised=<run dir> --run ce_fedgnn=<run dir> [--run fedavg=<run dir>] \
         --out results/benchmarks/aml_ceiling
+    python scripts/aml_ceiling.py --append --run LABEL=<run dir> --out results/benchmarks/aml_ceiling
+        # adds one run to the committed curves (a run of the same label is replaced); the others stay as
+        # recorded, also when their run directories are gone
 
 Each run's evaluations (metrics.jsonl) become one curve: test and validation minority F1, PR-AUC and
 ROC-AUC (mean over clients, fgx's reported number; pooled too) against optimiser steps per client, training
@@ -121,13 +124,18 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--run", action="append", required=True, metavar="LABEL=DIR", help="a run directory and its label")
     ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--append", action="store_true",
+                    help="keep the curves already in <out>/curves.json (one of the same label is replaced)")
     args = ap.parse_args(argv)
     curves = []
+    if args.append and (args.out / "curves.json").exists():
+        curves = json.loads((args.out / "curves.json").read_text())["curves"]
     for spec in args.run:
         label, sep, d = spec.rpartition("=")     # a label may hold "=" (q=0.1)
         if not sep:
             sys.exit(f"--run {spec!r}: expected LABEL=DIR")
-        curves.append(read_run(label, Path(d)))
+        curve = read_run(label, Path(d))
+        curves = [c for c in curves if c["label"] != label] + [curve]
     args.out.mkdir(parents=True, exist_ok=True)
     tmp = args.out / "curves.json.tmp"
     tmp.write_text(json.dumps({"curves": curves}, indent=1) + "\n")

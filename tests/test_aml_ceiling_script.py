@@ -48,3 +48,23 @@ def test_curves_and_the_ceiling_at_the_best_validation_round(tmp_path, capsys):
     assert recs[0]["steps"] == 500 and recs[0]["test"]["f1_minority"] == pytest.approx(0.2) and not recs[0]["plateau"]
     assert recs[1]["steps"] == 500 and recs[1]["plateau"]   # no gain above 0.02 in its last three evaluations
     assert (out / "curves.png").stat().st_size > 0
+
+
+def test_append_adds_a_run_to_recorded_curves_whose_directories_are_gone(tmp_path):
+    import shutil
+
+    out = tmp_path / "out"
+    old = _run(tmp_path, "a", 1, [0.0, 0.1, 0.2])
+    aml_ceiling.main(["--run", f"old={old}", "--run", f"fed={_run(tmp_path, 'b', 4, [0.0, 0.05])}", "--out", str(out)])
+    shutil.rmtree(old)
+    aml_ceiling.main(["--append", "--run", f"new={_run(tmp_path, 'c', 1, [0.1, 0.3, 0.2])}", "--out", str(out)])
+    curves = json.loads((out / "curves.json").read_text())["curves"]
+    assert [c["label"] for c in curves] == ["old", "fed", "new"]
+    recs = json.loads((out / "ceiling.json").read_text())["records"]
+    assert [r["test"]["f1_minority"] for r in recs] == pytest.approx([0.1, 0.15])   # both centralised runs
+    # the same label again replaces its curve; without --append only the runs named are kept
+    aml_ceiling.main(["--append", "--run", f"new={_run(tmp_path, 'd', 1, [0.4])}", "--out", str(out)])
+    assert [c["label"] for c in json.loads((out / "curves.json").read_text())["curves"]] == ["old", "fed", "new"]
+    assert json.loads((out / "ceiling.json").read_text())["records"][1]["test"]["f1_minority"] == pytest.approx(0.2)
+    aml_ceiling.main(["--run", f"only={tmp_path / 'd'}", "--out", str(out)])
+    assert [c["label"] for c in json.loads((out / "curves.json").read_text())["curves"]] == ["only"]

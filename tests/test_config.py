@@ -175,3 +175,21 @@ def test_more_clients_than_the_files_have_nodes_is_refused_before_loading(tmp_pa
     with pytest.raises(SystemExit, match=r"at most 890"):
         prevalidate(["dataset=chameleon_filtered", "algorithm=fedavg", "partitioner.num_clients=900"], False)
     prevalidate(["dataset=cora", "algorithm=fedavg", "partitioner.num_clients=100"], False)
+
+
+def test_hi_small_brings_ce_fedgnns_design_card_defaults_and_nothing_else_takes_them():
+    """Issue #72: `fgx run algorithm=ce_fedgnn dataset=aml_hi_small` takes the recipe of the learning curves
+    (conf/algorithm_on_dataset/ce_fedgnn_aml_hi_small.yaml); the command line wins; another algorithm on
+    HI-Small and the paper-scale table (every row alike) keep their own."""
+    card = compose(["algorithm=ce_fedgnn", "dataset=aml_hi_small"])
+    assert (card.algorithm.local_optimizer, card.algorithm.lr, card.algorithm.positive_share,
+            card.algorithm.local_steps, list(card.algorithm.class_weights)) == ("adam_on_g", 0.005, 0.1, 38, [1.0, 6.275])
+    assert card.dataset.ports is False and card.dataset.timestamp_feature is False and card.rounds == 20
+    mine = compose(["algorithm=ce_fedgnn", "dataset=aml_hi_small", "algorithm.lr=0.01", "dataset.ports=true"])
+    assert mine.algorithm.lr == 0.01 and mine.dataset.ports is True and mine.algorithm.positive_share == 0.1
+    other = compose(["algorithm=fedavg", "dataset=aml_hi_small"])
+    assert other.algorithm.positive_share is None and other.dataset.ports is True
+    for method in ("ce_fedgnn", "fedgnn_st"):
+        t = compose(["+experiment=ce_fedgnn_table1_hi_small", f"method={method}"])
+        assert (t.algorithm.local_optimizer, t.algorithm.positive_share, t.algorithm.class_weights,
+                t.dataset.ports, t.dataset.timestamp_feature) == ("ema_sgd", None, None, True, True)

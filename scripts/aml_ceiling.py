@@ -68,7 +68,9 @@ def setting(cfg) -> str:
     cw = list(a.class_weights) if a.get("class_weights") else ("inverse frequency" if a.get("class_weighted") is not False else "none")
     return (f"{cfg.algorithm.name}, {cfg.model.name}, {cfg.partitioner.num_clients} client(s), {opt} lr {a.lr}, "
             f"K = {a.local_steps} x {cfg.rounds} rounds, batch {a.batch_size}, fanouts {list(a.fanouts or [])}, "
-            f"class weights {cw}")
+            f"class weights {cw}"
+            + (f", stratified batches q = {a.positive_share}" if a.get("positive_share") else "")
+            + "".join(f", no {f} feature" for f in ("ports", "timestamp_feature") if cfg.dataset.get(f) is False))
 
 
 def best_by_validation(curve: dict) -> dict | None:

@@ -43,6 +43,7 @@ def test_curves_and_the_ceiling_at_the_best_validation_round(tmp_path, capsys):
     assert [c["label"] for c in curves] == ["rising", "flat", "fed"]
     assert curves[2]["points"][1]["items_seen"] == 2 * 100 * 4 * 512
     assert curves[0]["command"] == "fgx run dataset=aml_hi_small" and curves[0]["status"] == "not finished"
+    assert curves[0]["setting"].endswith("class weights [1.0, 6.275]")      # nothing stratified or dropped
     recs = json.loads((out / "ceiling.json").read_text())["records"]
     assert len(recs) == 2                                   # the federated run is no ceiling
     assert recs[0]["steps"] == 500 and recs[0]["test"]["f1_minority"] == pytest.approx(0.2) and not recs[0]["plateau"]
@@ -68,3 +69,12 @@ def test_append_adds_a_run_to_recorded_curves_whose_directories_are_gone(tmp_pat
     assert json.loads((out / "ceiling.json").read_text())["records"][1]["test"]["f1_minority"] == pytest.approx(0.2)
     aml_ceiling.main(["--run", f"only={tmp_path / 'd'}", "--out", str(out)])
     assert [c["label"] for c in json.loads((out / "curves.json").read_text())["curves"]] == ["only"]
+
+
+def test_the_setting_names_stratified_batches_and_dropped_edge_features(tmp_path):
+    d = _run(tmp_path, "a", 1, [0.1, 0.2])
+    cfg = OmegaConf.load(d / ".hydra" / "config.yaml")
+    cfg.algorithm.positive_share, cfg.dataset.ports, cfg.dataset.timestamp_feature = 0.1, False, False
+    OmegaConf.save(cfg, d / ".hydra" / "config.yaml")
+    assert aml_ceiling.read_run("a", d)["setting"].endswith(
+        "class weights [1.0, 6.275], stratified batches q = 0.1, no ports feature, no timestamp_feature feature")

@@ -111,13 +111,20 @@ _judged_against: dict[str, str | None] | None = None
 
 
 def pinned_versions() -> dict[str, str | None]:
-    """constraints.txt's ``name==version`` pins of DEPENDENCIES (None for one it does not pin)."""
+    """constraints.txt's ``name==version`` pins of DEPENDENCIES (None for one it does not pin), read with
+    packaging (pip's own parser; hydra-core depends on it), names compared as pip normalises them."""
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
     pins = {}
     for line in CONSTRAINTS.read_text().splitlines():
-        name, sep, version = line.split("#", 1)[0].strip().partition("==")
-        if sep:
-            pins[name.strip()] = version.strip()
-    return {d: pins.get(d) for d in DEPENDENCIES}
+        line = line.split("#", 1)[0].strip()
+        if line:
+            req = Requirement(line)
+            exact = [s.version for s in req.specifier if s.operator == "=="]
+            if exact:
+                pins[canonicalize_name(req.name)] = exact[0]
+    return {d: pins.get(canonicalize_name(d)) for d in DEPENDENCIES}
 
 
 @contextlib.contextmanager
@@ -138,7 +145,14 @@ def _same_version(recorded: str | None, now: str | None) -> bool:
         return recorded == now
     # a pin names the release; the build's local label (torch's "+cpu") is the kernels' business, which
     # a record names apart (run_kernels)
-    return recorded is not None and now is not None and recorded.split("+")[0] == now.split("+")[0]
+    from packaging.version import InvalidVersion, Version
+
+    if recorded is None or now is None:
+        return False
+    try:
+        return Version(recorded).public == Version(now).public
+    except InvalidVersion:
+        return recorded == now
 
 
 def code_fingerprint(files: list[str] | None = None) -> dict:

@@ -430,3 +430,37 @@ def test_bench_scale_compares_memory_only_between_environments_that_load_the_sam
     differ = mod.environment_differences(with_pandas, without)
     assert differ == ["pandas 3.1.1 under fgx, None under OpenFGL",
                       "loaded by `import torch, torch_geometric` under fgx only: pandas"]
+
+
+def test_trace_memory_phases_names_every_phase_of_every_round_with_its_resident_set_and_heap(tmp_path):
+    """scripts/trace_memory_phases.py: the set-up steps, then each round's configure, clients' training,
+    aggregate, server update and evaluation, in order, with resident sets that bound each other and glibc's
+    heap; the record names no path of this machine."""
+    import subprocess
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_memory_phases.py"), "--name", "t", "--out",
+                           str(out), "--", "algorithm=fedavg", "rounds=2", "eval_every=1", "executor=batched",
+                           f"data_dir={REPO.parent / 'shared' / 'data'}", "dataset=csbm", "dataset.num_nodes=600",
+                           "partitioner=metis", "partitioner.num_clients=3"],
+                          capture_output=True, text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rec = json.loads((out / "t.json").read_text())
+    try:
+        import ctypes
+        glibc = bool(ctypes.CDLL(None).mallinfo2)
+    except (OSError, AttributeError, TypeError):
+        glibc = False
+    phases = [(p["round"], p["phase"]) for p in rec["phases"]]
+    assert phases[0] == (0, "set-up: start, data and partition")
+    assert (0, "set-up: clients") in phases and (0, "set-up: partition statistics") in phases
+    for r in (1, 2):
+        mine = [ph for rr, ph in phases if rr == r]
+        core = [ph for ph in mine if not ph.startswith("after")]
+        assert core == ["configure", "clients' training", "aggregate", "server_update", "evaluation"], mine
+    assert len(rec["round_s"]) == 2
+    for p in rec["phases"]:
+        assert p["rss_peak_mb"] >= max(p["rss_start_mb"], p["rss_end_mb"]) > 0
+        assert rec["rss_peak_mb"] >= p["rss_peak_mb"] - 1      # the kernel's high-water mark bounds every sample
+        if glibc:
+            assert p["heap_in_use_mb"] > 0 and p["heap_free_mb"] >= 0 and p["mmapped_mb"] >= 0
+    assert "data_dir=<data root>" in rec["command"] and str(REPO.parent) not in json.dumps(rec)

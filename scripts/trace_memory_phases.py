@@ -173,13 +173,16 @@ def main() -> None:
     commit = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     # the record names no path of this machine: a data root is written as the placeholder
     shown = [o if not o.startswith("data_dir=") else "data_dir=<data root>" for o in a.overrides]
-    result = {"bench": "memory_phases", "command": "fgx run " + " ".join(shown), "env": a.env, "commit": commit,
+    # an environment value may name a file of this machine (LD_PRELOAD=<python prefix>/.../libjemalloc.so)
+    env_shown = [kv.replace(sys.prefix, "<python prefix>").replace(str(REPO.parent), "<repository parent>")
+                 for kv in a.env]
+    result = {"bench": "memory_phases", "command": "fgx run " + " ".join(shown), "env": env_shown, "commit": commit,
               "rss_peak_mb": traced["rss_peak_mb"], "round_s": [round(round_s[k], 4) for k in sorted(round_s)],
               "phases": traced["phases"]}
     Path(a.out).mkdir(parents=True, exist_ok=True)
     (Path(a.out) / f"{a.name}.json").write_text(json.dumps(result, indent=1) + "\n")
     print(f"peak RSS {result['rss_peak_mb']:,.1f} MB; rounds {result['round_s']} s  ({result['command']}, {commit}"
-          f"{', ' + ' '.join(a.env) if a.env else ''})")
+          f"{', ' + ' '.join(env_shown) if env_shown else ''})")
     print(f"{'round':>5} {'phase':34} {'RSS start':>9} {'peak':>7} {'end':>7} {'heap used':>9} {'free':>6} {'mmap':>6}")
     for p in result["phases"]:
         print(f"{p['round']:>5} {p['phase'][:34]:34} {p['rss_start_mb']:9.1f} {p['rss_peak_mb']:7.1f} {p['rss_end_mb']:7.1f}"

@@ -439,7 +439,7 @@ def test_trace_memory_phases_names_every_phase_of_every_round_with_its_resident_
     import subprocess
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_memory_phases.py"), "--name", "t", "--out",
-                           str(out), "--", "algorithm=fedavg", "rounds=2", "eval_every=1", "executor=batched",
+                           str(out), "--env", f"FGX_TRACE_PROBE={REPO.parent}/x", "--", "algorithm=fedavg", "rounds=2", "eval_every=1", "executor=batched",
                            f"data_dir={REPO.parent / 'shared' / 'data'}", "dataset=csbm", "dataset.num_nodes=600",
                            "partitioner=metis", "partitioner.num_clients=3"],
                           capture_output=True, text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
@@ -464,3 +464,4 @@ def test_trace_memory_phases_names_every_phase_of_every_round_with_its_resident_
         if glibc:
             assert p["heap_in_use_mb"] > 0 and p["heap_free_mb"] >= 0 and p["mmapped_mb"] >= 0
     assert "data_dir=<data root>" in rec["command"] and str(REPO.parent) not in json.dumps(rec)
+    assert rec["env"] == ["FGX_TRACE_PROBE=<repository parent>/x"]

@@ -42,7 +42,7 @@ class ProcessResult:
         return self
 
 
-def _status(pid: int) -> dict[str, int]:
+def proc_status(pid: int) -> dict[str, int]:
     """The kB counters of /proc/<pid>/status (VmRSS, VmHWM, ...)."""
     with open(f"/proc/{pid}/status") as f:
         return {k: int(v.split()[0]) for k, v in (line.split(":", 1) for line in f if line.startswith("Vm"))}
@@ -55,7 +55,7 @@ def _private_kb(pid: int) -> int:
     """The pages only this process maps (smaps_rollup's Private_Clean + Private_Dirty); 0 for a process
     caught between fork and exec or already gone; VmRSS where the kernel has no smaps_rollup."""
     if not _ROLLUP:
-        return _status(pid).get("VmRSS", 0)
+        return proc_status(pid).get("VmRSS", 0)
     try:
         with open(f"/proc/{pid}/smaps_rollup") as f:
             return sum(int(line.split()[1]) for line in f if line.startswith(("Private_Clean:", "Private_Dirty:")))
@@ -85,7 +85,7 @@ def _tree_usage(pid: int) -> tuple[float, float]:
     while todo:
         p, parent = todo.pop()
         try:
-            vm = _status(p)
+            vm = proc_status(p)
             if p == pid:
                 rss += vm.get("VmRSS", 0) / 1024.0
             elif not _same_pages(vm, parent):

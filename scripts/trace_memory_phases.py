@@ -33,11 +33,8 @@ ROUND_PHASES = ("configure", "aggregate", "server_update")
 
 
 def status_mb(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024
-    raise RuntimeError(f"no {key} in /proc/self/status")
+    from fgx.bench import proc_status     # torch-free: the sampler starts before fgx's imports
+    return proc_status(os.getpid())[key] / 1024
 
 
 class _MallInfo2(ctypes.Structure):

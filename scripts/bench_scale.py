@@ -78,12 +78,12 @@ OPENFGL_ALGORITHMS = ("fedavg",)           # of ALGORITHMS, those OpenFGL has
 AML_SIZES = ("aml_tiny", "aml_hi_small", "aml_hi_medium", "aml_hi_large")
 AML_ALGORITHMS = ("ce_fedgnn",)            # the edge task's algorithm here
 OPENFGL_DATASET = "Cora"                   # a name OpenFGL's checks accept; it only names its folders
-# OpenFGL's GCN (openfgl/model/gcn.py), as in scripts/bench_peers.py
 # CE-FedGNN's values on HI-Small before conf/algorithm_on_dataset/ce_fedgnn_aml_hi_small.yaml (issue 72; the lr of
 # 65dc51c): the AML rows of results/benchmarks/scale were measured with them
 AML_CE_FEDGNN_RECIPE = ["algorithm.local_optimizer=ema_sgd", "algorithm.lr=0.01", "algorithm.local_steps=8",
                         "algorithm.positive_share=null", "algorithm.class_weights=null", "dataset.ports=true",
                         "dataset.timestamp_feature=true"]
+# OpenFGL's GCN (openfgl/model/gcn.py), as in scripts/bench_peers.py
 OPENFGL_GCN = ["model=gcn", "model.classifier=none", "model.layers=2", "model.hidden=64", "model.dropout=0.5"]
 
 

@@ -436,13 +436,14 @@ def test_trace_memory_phases_names_every_phase_of_every_round_with_its_resident_
     """scripts/trace_memory_phases.py: the set-up steps, then each round's configure, clients' training,
     aggregate, server update and evaluation, in order, with resident sets that bound each other and glibc's
     heap; the record names no path of this machine."""
+    import os
     import subprocess
     out = tmp_path / "out"
     proc = subprocess.run([sys.executable, str(REPO / "scripts" / "trace_memory_phases.py"), "--name", "t", "--out",
                            str(out), "--env", f"FGX_TRACE_PROBE={REPO.parent}/x", "--", "algorithm=fedavg", "rounds=2", "eval_every=1", "executor=batched",
                            f"data_dir={REPO.parent / 'shared' / 'data'}", "dataset=csbm", "dataset.num_nodes=600",
                            "partitioner=metis", "partitioner.num_clients=3"],
-                          capture_output=True, text=True, env={**__import__("os").environ, "OMP_NUM_THREADS": "1"})
+                          capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert proc.returncode == 0, proc.stderr[-2000:]
     rec = json.loads((out / "t.json").read_text())
     try:
